@@ -1,0 +1,1 @@
+"""Compatibility test-matrix harness for torch.compile across torch, Lightning and CUDA."""

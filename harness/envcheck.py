@@ -1,0 +1,89 @@
+"""Checks that an environment holds what its session pins, and that a CUDA session has a GPU."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import subprocess
+
+from packaging.version import InvalidVersion, Version
+
+from harness.matrix import Session
+
+
+class EnvironmentMismatch(Exception):
+    """The environment does not match its session's pins."""
+
+
+def host_gpus() -> list[str]:
+    """GPUs `nvidia-smi -L` lists; empty where there is no driver or no GPU."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line for line in out.stdout.splitlines() if line.startswith("GPU")] if out.returncode == 0 else []
+
+
+def require_gpu(session: Session) -> None:
+    if session.device == "cuda" and not host_gpus():
+        raise EnvironmentMismatch(
+            f"session {session.name} runs CUDA cases but this machine has no GPU "
+            "(nvidia-smi lists none); run a cpu_* session instead"
+        )
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def installed() -> dict:
+    """What matters of the running interpreter's environment, without importing Lightning."""
+    import torch
+
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "lightning": _dist_version("lightning"),
+        "pytorch-lightning": _dist_version("pytorch-lightning"),
+    }
+
+
+def _same_release(found: str | None, pin: str) -> bool:
+    """`2.5.1+cu124` satisfies the pin `2.5.1`: the local label names the build, not the release."""
+    try:
+        return found is not None and Version(found).public == Version(pin).public
+    except InvalidVersion:
+        return False
+
+
+def mismatches(session: Session, found: dict) -> list[str]:
+    problems = []
+    if session.torch and not _same_release(found["torch"], session.torch):
+        problems.append(f"torch is {found['torch']}, the session pins {session.torch}")
+    if session.nightly and found["torch"] and not Version(found["torch"]).is_prerelease:
+        problems.append(f"torch is {found['torch']}, the nightly session needs a pre-release")
+    for dist in ("lightning", "pytorch-lightning"):
+        if not _same_release(found[dist], session.lightning):
+            problems.append(f"{dist} is {found[dist] or 'not installed'}, the session pins {session.lightning}")
+    if session.cuda_major is not None:
+        cuda = found["cuda"]
+        if cuda is None or int(cuda.split(".")[0]) != session.cuda_major:
+            problems.append(f"torch is built for CUDA {cuda or 'none (CPU build)'}, the session pins CUDA {session.cuda_major}")
+        elif not found["cuda_available"]:
+            problems.append("torch.cuda.is_available() is False: a CUDA session needs a working GPU")
+    return problems
+
+
+def check(session: Session) -> dict:
+    """The installed versions; EnvironmentMismatch with every mismatch on one line."""
+    found = installed()
+    problems = mismatches(session, found)
+    if problems:
+        raise EnvironmentMismatch(f"environment does not match session {session.name}: " + "; ".join(problems))
+    return found

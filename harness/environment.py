@@ -1,0 +1,79 @@
+"""The environment record that opens every results file."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+
+PROJECT_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _dist_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def git_commit(root: pathlib.Path = PROJECT_ROOT) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def installed_packages() -> list[str]:
+    names = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            names[name.lower()] = f"{name}=={dist.version}"
+    return [names[key] for key in sorted(names)]
+
+
+def _collect_env():
+    """torch's own collect_env: the same text users paste into upstream issues."""
+    try:
+        from torch.utils import collect_env
+
+        info = collect_env.get_env_info()
+        pretty = collect_env.pretty_str(info)
+    except Exception as exc:  # collect_env shells out; a missing tool must not stop the run
+        return None, f"collect_env failed: {type(exc).__name__}: {exc}"
+    return info, pretty
+
+
+def environment_record(session: str) -> dict:
+    import torch
+
+    info, pretty = _collect_env()
+    gpu_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "kind": "environment",
+        "session": session,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "triton": _dist_version("triton", "pytorch-triton"),
+        "lightning": _dist_version("lightning"),
+        "pytorch_lightning": _dist_version("pytorch-lightning"),
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "gpu": gpu_name,
+        "gpu_driver": getattr(info, "nvidia_driver_version", None),
+        "cpu": getattr(info, "cpu_info", None) or platform.processor() or platform.machine(),
+        "os": getattr(info, "os", None) or platform.platform(),
+        "git_commit": git_commit(),
+        "harness_session": os.environ.get("HARNESS_SESSION"),
+        "packages": installed_packages(),
+        "collect_env": pretty,
+    }

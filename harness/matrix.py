@@ -1,0 +1,162 @@
+"""The session matrix: reads harness/matrix.toml and derives one session per environment."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    import tomli as tomllib
+
+MATRIX_FILE = pathlib.Path(__file__).with_name("matrix.toml")
+PYPI = "pypi"
+
+
+class MatrixError(ValueError):
+    """The matrix table is malformed, or a session name is not in it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    name: str
+    torch: str | None  # exact pin; None for the nightly (newest pre-release)
+    lightning: str
+    python: str
+    device: str  # "cpu" or "cuda"
+    cuda_major: int | None  # required CUDA major of the wheel; None: not checked (CPU sessions)
+    index: str | None  # name of the wheel index; None: the registry's default
+    index_url: str | None
+    extra: tuple[str, ...]
+    tags: tuple[str, ...]
+    nightly: bool = False
+
+    @property
+    def description(self) -> str:
+        torch = f"torch {self.torch}" if self.torch else "torch nightly"
+        where = "CPU" if self.device == "cpu" else f"CUDA {self.cuda_major} GPU"
+        wheel = f"{self.index} index" if self.index else "registry default wheel"
+        return (
+            f"Run the cases on {where} with {torch}, Lightning {self.lightning}, "
+            f"Python {self.python} ({wheel})."
+        )
+
+    @property
+    def requirements(self) -> list[str]:
+        """What the session's venv installs, pinned."""
+        torch = f"torch=={self.torch}" if self.torch else "torch"
+        return [
+            torch,
+            f"lightning=={self.lightning}",
+            f"pytorch-lightning=={self.lightning}",  # else `lightning` pulls the newest one
+            *self.extra,
+        ]
+
+
+def short_version(version: str) -> str:
+    """'2.13.0' -> '213': the torch part of a session name."""
+    major, minor = version.split(".")[:2]
+    return f"{major}{minor}"
+
+
+def cuda_major_of(flavour: str, pypi_cuda: str | None) -> int:
+    if flavour == PYPI:
+        if not pypi_cuda:
+            raise MatrixError("a row with cuda = 'pypi' needs pypi_cuda")
+        return int(pypi_cuda.split(".")[0])
+    digits = flavour.rsplit("cu", 1)[-1]
+    if not digits.isdigit() or len(digits) < 3:
+        raise MatrixError(f"unknown CUDA flavour {flavour!r}: expected 'pypi' or 'cuNNN'")
+    return int(digits[:-1])
+
+
+def _require(row: dict, key: str, where: str):
+    if key not in row:
+        raise MatrixError(f"{where}: missing '{key}'")
+    return row[key]
+
+
+def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
+    """Every session of the matrix, in table order (oldest torch first)."""
+    try:
+        table = tomllib.loads(pathlib.Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MatrixError(f"cannot read matrix {path}: {exc}") from exc
+    indexes = table.get("indexes", {})
+    rows = table.get("torch", [])
+    if not rows:
+        raise MatrixError(f"{path}: no [[torch]] rows")
+
+    def index_url(name: str | None, where: str) -> str | None:
+        if name is None:
+            return None
+        if name not in indexes:
+            raise MatrixError(f"{where}: index {name!r} is not in [indexes]")
+        return indexes[name]
+
+    sessions: list[Session] = []
+    for position, row in enumerate(rows):
+        torch = str(_require(row, "torch", f"row {position + 1}"))
+        where = f"torch {torch}"
+        common = dict(
+            torch=torch,
+            lightning=str(_require(row, "lightning", where)),
+            python=str(_require(row, "python", where)),
+            extra=tuple(row.get("extra", ())),
+        )
+        age = ("oldest",) if position == 0 else ("latest",) if position == len(rows) - 1 else ()
+        short = short_version(torch)
+        sessions.append(
+            Session(name=f"cpu_torch{short}", device="cpu", cuda_major=None, index=None,
+                    index_url=None, tags=("cpu", *age), **common)
+        )
+        for flavour in row.get("cuda", ()):
+            major = cuda_major_of(flavour, row.get("pypi_cuda"))
+            index = None if flavour == PYPI else flavour
+            sessions.append(
+                Session(name=f"cuda{major}_torch{short}", device="cuda", cuda_major=major,
+                        index=index, index_url=index_url(index, where),
+                        tags=("cuda", *age), **common)
+            )
+
+    nightly = table.get("nightly")
+    if nightly:
+        common = dict(
+            torch=None,
+            lightning=str(_require(nightly, "lightning", "nightly")),
+            python=str(_require(nightly, "python", "nightly")),
+            extra=tuple(nightly.get("extra", ())),
+            nightly=True,
+        )
+        cpu_index = _require(nightly, "cpu_index", "nightly")
+        sessions.append(
+            Session(name="cpu_torch_nightly", device="cpu", cuda_major=None, index=cpu_index,
+                    index_url=index_url(cpu_index, "nightly"), tags=("cpu", "nightly"), **common)
+        )
+        for flavour in nightly.get("cuda", ()):
+            major = cuda_major_of(flavour, None)
+            sessions.append(
+                Session(name=f"cuda{major}_torch_nightly", device="cuda", cuda_major=major,
+                        index=flavour, index_url=index_url(flavour, "nightly"),
+                        tags=("cuda", "nightly"), **common)
+            )
+
+    names = [s.name for s in sessions]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise MatrixError(f"{path}: sessions defined twice: {', '.join(duplicates)}")
+    return sessions
+
+
+def find(name: str, sessions: list[Session] | None = None) -> Session:
+    """The session called `name`; MatrixError naming the closest ones if there is none."""
+    sessions = load() if sessions is None else sessions
+    for session in sessions:
+        if session.name == name:
+            return session
+    import difflib
+
+    close = difflib.get_close_matches(name, [s.name for s in sessions], n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    raise MatrixError(f"unknown session {name!r}{hint}")

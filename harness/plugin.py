@@ -1,0 +1,263 @@
+"""pytest plugin: classifies each case's outcome and appends one JSON record per case.
+
+Loaded by cases/conftest.py, so plain `pytest cases/` records too. The results file is
+`<results dir>/<session>.jsonl`; the session is $HARNESS_SESSION (set by nox), else a
+name derived from the running torch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import pathlib
+import time
+
+import pytest
+
+from harness import records
+from harness.casekit import CaseRun, HarnessError
+
+SESSION_ENV = "HARNESS_SESSION"
+CASE_PARAMS = ("device", "backend", "fullgraph", "variant", "dtype")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("harness")
+    group.addoption("--results-dir", default=None,
+                    help=f"where results/<session>.jsonl goes (default ${records.RESULTS_ENV} or ./results)")
+    group.addoption("--session-name", default=None,
+                    help=f"results file name (default ${SESSION_ENV}, else local_torch<version>)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "upstream_bug(ref, raises, match=None): a known upstream bug; the case is `known` when it "
+        "fails with `raises` (a class name; `match` searched in the message), `fixed` when it passes",
+    )
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller writes the file
+        return
+    config.pluginmanager.register(ResultsRecorder(config), "harness-recorder")
+
+
+def session_name(config) -> str:
+    name = config.getoption("--session-name") or os.environ.get(SESSION_ENV)
+    if name:
+        return name
+    import torch
+
+    return "local_torch" + re.sub(r"[^0-9A-Za-z.]+", "_", torch.__version__)
+
+
+def _check_session_pins(name: str) -> None:
+    """Inside a matrix session, refuse to run (and to touch its results) if the pins drifted."""
+    from harness import envcheck, matrix
+
+    try:
+        session = matrix.find(name)
+    except matrix.MatrixError:
+        return  # not a matrix session: record the environment as it is
+    try:
+        envcheck.check(session)
+    except envcheck.EnvironmentMismatch as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+# --- outcome classification (runs where the case runs: here or in an xdist worker) ---
+
+def _qualname(cls) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _exception_chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _is_instance_named(exc: BaseException, name: str) -> bool:
+    return any(name in (cls.__name__, _qualname(cls)) for cls in type(exc).__mro__)
+
+
+def match_upstream_bug(item, exc: BaseException):
+    """The upstream_bug marker that `exc` (or an exception it was raised from) matches."""
+    for marker in item.iter_markers("upstream_bug"):
+        ref = marker.args[0] if marker.args else marker.kwargs["ref"]
+        raises = marker.kwargs.get("raises") or (marker.args[1] if len(marker.args) > 1 else None)
+        pattern = marker.kwargs.get("match")
+        names = raises if isinstance(raises, (list, tuple)) else [raises]
+        names = [n if isinstance(n, str) else n.__name__ for n in names]
+        for candidate in _exception_chain(exc):
+            if any(_is_instance_named(candidate, n) for n in names) and (
+                pattern is None or re.search(pattern, str(candidate))
+            ):
+                return ref
+    return None
+
+
+def _upstream_refs(item) -> list[str]:
+    return [m.args[0] if m.args else m.kwargs["ref"] for m in item.iter_markers("upstream_bug")]
+
+
+def case_identity(item) -> dict:
+    module = pathlib.Path(str(item.fspath)).stem
+    family = module[len("test_"):] if module.startswith("test_") else module
+    function = getattr(item, "originalname", None) or item.name.split("[")[0]
+    variant = function[len("test_"):] if function.startswith("test_") else function
+    callspec = getattr(item, "callspec", None)
+    raw = dict(callspec.params) if callspec else {}
+    params = {key: _plain(raw[key]) for key in CASE_PARAMS if key in raw}
+    params.setdefault("variant", variant)
+    extra = {k: _plain(v) for k, v in raw.items() if k not in CASE_PARAMS}
+    if extra:
+        params["extra"] = extra
+    case_id = f"{family}/{variant}" + (f"[{callspec.id}]" if callspec else "")
+    return {"case": case_id, "family": family, "params": params, "nodeid": item.nodeid}
+
+
+def _plain(value):
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value).replace("torch.", "")
+
+
+def _classify(item, call, report) -> dict:
+    upstream = _upstream_refs(item)
+    data = {"phase": report.when, "upstream": upstream, "exc_type": None, "message": None}
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        data.update(outcome="skip", message=reason.removeprefix("Skipped: "))
+        return data
+    if report.passed:
+        data["outcome"] = "fixed" if (report.when == "call" and upstream) else "pass"
+        if data["outcome"] == "fixed":
+            report.wasxfail = f"fixed upstream? {', '.join(upstream)} no longer reproduces"
+        return data
+    exc = call.excinfo.value if call.excinfo else None
+    if exc is not None:
+        data.update(exc_type=_qualname(type(exc)), message=_first_line(exc))
+    if report.when != "call" or isinstance(exc, HarnessError):
+        data["outcome"] = "error"
+        return data
+    ref = match_upstream_bug(item, exc) if exc is not None else None
+    if ref:
+        data.update(outcome="known", upstream=[ref] + [u for u in upstream if u != ref])
+        report.outcome = "skipped"  # shown by pytest as xfailed
+        report.wasxfail = f"{ref}: {data['message']}"
+    else:
+        data["outcome"] = "fail"
+    return data
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    data = _classify(item, call, report)
+    data.update(case_identity(item))
+    run = item.stash.get(CASE_RUN, None)
+    data["metrics"] = dict(run.metrics) if run is not None else {}
+    report.user_properties.append(("harness", data))
+
+
+CASE_RUN = pytest.StashKey[CaseRun]()
+
+
+@pytest.fixture
+def case(request):
+    """The running case: `case.check(fn, *inputs)` compares eager and compiled runs."""
+    import torch
+    import torch._dynamo
+
+    params = case_identity(request.node)["params"]
+    run = CaseRun(params)
+    request.node.stash[CASE_RUN] = run
+    torch._dynamo.reset()
+    yield run
+    torch._dynamo.reset()
+
+
+# --- writing records (runs in the process that owns the results file) ---
+
+# When several phases report, the worst one names the case's outcome.
+_SEVERITY = {"pass": 0, "fixed": 1, "skip": 2, "known": 3, "fail": 4, "error": 5, "timeout": 6, "crash": 7}
+
+
+class ResultsRecorder:
+    def __init__(self, config):
+        self.config = config
+        self.writer = None
+        self.pending: dict[str, list[dict]] = {}
+        self.durations: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session):
+        from harness.environment import environment_record
+
+        name = session_name(self.config)
+        _check_session_pins(name)
+        directory = self.config.getoption("--results-dir") or records.results_dir(self.config.rootpath / "results")
+        try:
+            self.writer = records.ResultsWriter(pathlib.Path(directory) / f"{name}.jsonl")
+        except records.ResultsError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.writer.write(environment_record(name))
+        self.started = time.time()
+
+    def pytest_runtest_logreport(self, report):
+        data = next((v for k, v in reversed(report.user_properties) if k == "harness"), None)
+        if data is None:
+            return
+        data = dict(data, phase=report.when)
+        self.pending.setdefault(report.nodeid, []).append(data)
+        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + report.duration
+        if report.when == "teardown":
+            self._finish(report.nodeid)
+
+    def _finish(self, nodeid: str) -> None:
+        phases = self.pending.pop(nodeid)
+        worst = max(phases, key=lambda d: _SEVERITY[d["outcome"]])
+        metrics = {}
+        for phase in phases:
+            metrics.update(phase.get("metrics") or {})
+        record = {
+            "kind": "case",
+            "case": worst["case"],
+            "family": worst["family"],
+            "params": worst["params"],
+            "outcome": worst["outcome"],
+            "exc_type": worst["exc_type"],
+            "message": worst["message"],
+            "upstream": worst["upstream"],
+            "metrics": metrics,
+            "duration": round(self.durations.pop(nodeid, 0.0), 4),
+            "nodeid": nodeid,
+        }
+        self.counts[record["outcome"]] = self.counts.get(record["outcome"], 0) + 1
+        self.writer.write(record)
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.writer is None:
+            return
+        for nodeid in list(self.pending):  # reported but never torn down
+            self._finish(nodeid)
+        self.writer.write({
+            "kind": "end",
+            "exitstatus": int(exitstatus),
+            "counts": self.counts,
+            "seconds": round(time.time() - self.started, 2),
+        })
+        self.writer.close()
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.writer is not None:
+            counts = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items()))
+            terminalreporter.write_line(f"harness: {counts or 'no cases'} -> {self.writer.path}")

@@ -1,0 +1,87 @@
+"""The results file: one JSON record per line, appended and flushed as each case finishes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import time
+
+SCHEMA_VERSION = 1
+OUTCOMES = ("pass", "fail", "known", "fixed", "skip", "error", "crash", "timeout", "flaky")
+RESULTS_ENV = "HARNESS_RESULTS_DIR"
+
+
+class ResultsError(Exception):
+    """A results file cannot be written or read."""
+
+
+def results_dir(default: str | os.PathLike = "results") -> pathlib.Path:
+    return pathlib.Path(os.environ.get(RESULTS_ENV) or default)
+
+
+class ResultsWriter:
+    """Appends records to `path`; every record is on disk once `write` returns.
+
+    A file left by an earlier run of the same session is moved to `previous/`
+    beside it, never overwritten.
+    """
+
+    def __init__(self, path: pathlib.Path):
+        self.path = pathlib.Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists():
+                self._keep_previous()
+            self._file = open(self.path, "x", encoding="utf-8")
+        except OSError as exc:
+            raise ResultsError(f"cannot write results to {self.path}: {exc.strerror or exc}") from exc
+
+    def _keep_previous(self) -> None:
+        previous = self.path.parent / "previous"
+        previous.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.path.stat().st_mtime))
+        target = previous / f"{self.path.stem}.{stamp}.jsonl"
+        n = 1
+        while target.exists():
+            target = previous / f"{self.path.stem}.{stamp}.{n}.jsonl"
+            n += 1
+        os.replace(self.path, target)
+
+    def write(self, record: dict) -> None:
+        line = json.dumps({"schema": SCHEMA_VERSION, **record}, default=str, sort_keys=False)
+        self._file.write(line + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read(path: pathlib.Path) -> list[dict]:
+    """All records of a results file; ResultsError naming file and line on a bad one."""
+    records = []
+    path = pathlib.Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot read: {exc}") from exc
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ResultsError(f"{path}:{number}: not a JSON record ({exc.msg})") from exc
+        if not isinstance(record, dict) or "kind" not in record:
+            raise ResultsError(f"{path}:{number}: not a harness record (no 'kind')")
+        if record.get("schema") != SCHEMA_VERSION:
+            raise ResultsError(
+                f"{path}:{number}: schema {record.get('schema')!r}, this harness reads {SCHEMA_VERSION}"
+            )
+        if record["kind"] == "case" and record.get("outcome") not in OUTCOMES:
+            raise ResultsError(f"{path}:{number}: unknown outcome {record.get('outcome')!r}")
+        records.append(record)
+    if not records or records[0]["kind"] != "environment":
+        raise ResultsError(f"{path}:1: the file does not start with an environment record")
+    return records
