@@ -51,6 +51,14 @@ def _collect_env():
     return info, pretty
 
 
+def _cpu_model(lscpu: str | None) -> str:
+    """The 'Model name' line of collect_env's lscpu output, else what platform knows."""
+    for line in (lscpu or "").splitlines():
+        if line.strip().startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def environment_record(session: str) -> dict:
     import torch
 
@@ -70,7 +78,7 @@ def environment_record(session: str) -> dict:
         "python_executable": sys.executable,
         "gpu": gpu_name,
         "gpu_driver": getattr(info, "nvidia_driver_version", None),
-        "cpu": getattr(info, "cpu_info", None) or platform.processor() or platform.machine(),
+        "cpu": _cpu_model(getattr(info, "cpu_info", None)),
         "os": getattr(info, "os", None) or platform.platform(),
         "git_commit": git_commit(),
         "harness_session": os.environ.get("HARNESS_SESSION"),

@@ -1,0 +1,320 @@
+"""Nested compile: a `torch.compile`d function or module called from compiled code.
+
+Covers (UPSTREAM.md section 3): inlining of an inner compiled function or submodule into the
+outer frame, graph breaks inside the inner function (resumed frames are compiled),
+`torch.compiler.disable(fn, recursive=True|False)` on the inner function, a `fullgraph=True`
+outer over an inner graph break, an inner compile whose backend or mode differs from the
+outer's (pytorch/pytorch#156308, #118758: the inner wrapper's backend, mode and options are
+ignored when inlined), `torch.compiler.nested_compile_region` (2.8+), the
+`nested_graph_breaks` config (2.9+) and the recompile limit (`cache_size_limit`, renamed
+`recompile_limit` in 2.7) reached inside a nested call.
+
+Docs: pytorch docs compile/programming_model (nested_graph_breaks, compiler_disable,
+recompilation) and the torch_compile_tutorial section "torch.compile and Nested Calls".
+
+What each case records beyond the harness metrics: `outer_backend_graphs` /
+`inner_backend_graphs` (graphs that reached the outer's / the inner wrapper's backend), the
+ops those graphs hold where the case is about what was captured, and the exception a
+documented failure raises.
+"""
+
+import copy
+import inspect
+import unittest.mock
+
+import pytest
+import torch
+
+from harness.casekit import need
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+class GraphRecorder:
+    """A backend that counts and keeps the graphs it gets, then compiles them with a named
+    backend ("eager", "aot_eager", "inductor"): the count says which compile wrapper a graph
+    reached, the ops say what the graph captured."""
+
+    def __init__(self, backend: str):
+        from torch._dynamo.backends.registry import lookup_backend
+
+        self.backend = lookup_backend(backend)
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return self.backend(gm, example_inputs)
+
+    @property
+    def count(self) -> int:
+        return len(self.graphs)
+
+    def ops(self) -> list[str]:
+        """Names of the functions and methods the graphs call, sorted, without repeats."""
+        names = set()
+        for gm in self.graphs:
+            for node in gm.graph.nodes:
+                if node.op in ("call_function", "call_method"):
+                    target = node.target
+                    names.add(target if isinstance(target, str) else getattr(target, "__name__", str(target)))
+        return sorted(names)
+
+
+def inner_fn(x):
+    return torch.sin(x) * 2 + 1
+
+
+def outer_fn_of(inner):
+    def outer_fn(x):
+        return torch.cos(inner(x)) - x
+    return outer_fn
+
+
+class Child(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+class Parent(torch.nn.Module):
+    """A parent whose child may be a compiled module (an `OptimizedModule`)."""
+
+    def __init__(self, child):
+        super().__init__()
+        self.child = child
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.child(x) + x)
+
+
+def fresh_grads_each_call(module):
+    """`case.check` clears gradients between runs only on its own copy of `fn`, not on a
+    module passed as `compiled=`, whose later runs would then add into the gradients of the
+    first run before they are compared; clear them before every call instead."""
+    module.register_forward_pre_hook(lambda mod, args: mod.zero_grad(set_to_none=True))
+    return module
+
+
+def x_on(device, requires_grad=True):
+    return torch.randn(4, 8, device=device, requires_grad=requires_grad)
+
+
+def counting_eager():
+    """A backend that counts graphs and runs them as they are (CompileCounter: all versions)."""
+    from torch._dynamo.testing import CompileCounter
+
+    return CompileCounter()
+
+
+# --- cases -----------------------------------------------------------------------------
+
+def test_compiled_fn_calls_compiled_fn(case, device, backend, fullgraph):
+    # The inner compiled function is called from the outer compiled one; whether its
+    # wrapper compiles anything (or is inlined into the outer frame) is recorded.
+    outer_backend, inner_backend = GraphRecorder(backend), GraphRecorder(backend)
+    inner_c = torch.compile(inner_fn, backend=inner_backend)
+    outer_c = torch.compile(outer_fn_of(inner_c), backend=outer_backend, fullgraph=fullgraph)
+    case.check(outer_fn_of(inner_fn), x_on(device), compiled=outer_c)
+    case.record(outer_backend_graphs=outer_backend.count, inner_backend_graphs=inner_backend.count,
+                inner_inlined=inner_backend.count == 0)
+    # Something was compiled, and the inner's sin ran in a compiled graph (outer's or inner's).
+    assert outer_backend.count + inner_backend.count >= 1
+    assert "sin" in outer_backend.ops() + inner_backend.ops()
+
+
+def test_compiled_submodule_in_compiled_parent(case, device, backend, fullgraph):
+    inner_backend = GraphRecorder(backend)
+    eager_parent = Parent(Child()).to(device)
+    # Same weights; only the child is wrapped in its own torch.compile.
+    compiled_parent = copy.deepcopy(eager_parent)
+    compiled_parent.child = torch.compile(compiled_parent.child, backend=inner_backend)
+    outer_backend = GraphRecorder(backend)
+    outer_c = torch.compile(compiled_parent, backend=outer_backend, fullgraph=fullgraph)
+    case.check(eager_parent, x_on(device), compiled=fresh_grads_each_call(outer_c))
+    case.record(outer_backend_graphs=outer_backend.count, inner_backend_graphs=inner_backend.count,
+                inner_inlined=inner_backend.count == 0)
+    assert outer_backend.count + inner_backend.count >= 1
+
+
+def _inner_with_break(kind):
+    def inner_breaking(x):
+        y = torch.sin(x)
+        if kind == "graph_break":
+            torch._dynamo.graph_break()
+        else:
+            print("inner_breaking: a print is a graph break")
+        return torch.cos(y) + 1
+    return inner_breaking
+
+
+@pytest.mark.parametrize("fullgraph", [False], ids=["graphbreaks"])
+@pytest.mark.parametrize("nested_graph_breaks", ["default", "on"])
+@pytest.mark.parametrize("breaker", ["graph_break", "print"])
+def test_inner_graph_break(case, device, backend, fullgraph, breaker, nested_graph_breaks):
+    # The inner compiled function graph-breaks: the outer frame is split and the resumed
+    # frames are compiled. With `nested_graph_breaks` (2.9+) Dynamo resumes inside the nested
+    # frame instead of running the whole inner call eagerly.
+    import torch._dynamo.config as dynamo_config
+
+    patches = {}
+    if nested_graph_breaks == "on":
+        if not hasattr(dynamo_config, "nested_graph_breaks"):
+            pytest.skip("missing: torch._dynamo.config.nested_graph_breaks (this version has no such config)")
+        patches["nested_graph_breaks"] = True
+    inner = _inner_with_break(breaker)
+    outer_backend, inner_backend = GraphRecorder(backend), GraphRecorder(backend)
+    inner_c = torch.compile(inner, backend=inner_backend)
+    outer_c = torch.compile(outer_fn_of(inner_c), backend=outer_backend, fullgraph=False)
+    with dynamo_config.patch(**patches):
+        case.check(outer_fn_of(inner), x_on(device), compiled=outer_c)
+    total = outer_backend.count + inner_backend.count
+    case.record(outer_backend_graphs=outer_backend.count, inner_backend_graphs=inner_backend.count,
+                backend_graphs=total, captured_ops=sorted(set(outer_backend.ops()) | set(inner_backend.ops())))
+    assert case.metrics["graph_breaks"] >= 1, "the inner graph break was not reported"
+    # Ops on both sides of the break were compiled: before it (sin) and after it (cos).
+    captured = set(outer_backend.ops()) | set(inner_backend.ops())
+    assert {"sin", "cos"} <= captured, f"captured ops {sorted(captured)}"
+
+
+def _disabled_inner(recursive, calls):
+    def deeper(y):
+        return torch.erf(y) + 1
+
+    def inner(x):
+        calls.append(1)
+        return deeper(torch.sinh(x))
+
+    disable = need("torch.compiler.disable")
+    if "recursive" not in inspect.signature(disable).parameters:
+        pytest.skip("missing: torch.compiler.disable has no `recursive` argument in this version")
+    return inner, disable(inner, recursive=recursive)
+
+
+@pytest.mark.parametrize("fullgraph", [False], ids=["graphbreaks"])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("recursive", [True, False], ids=["recursive", "nonrecursive"])
+def test_inner_compiler_disable(case, device, backend, fullgraph, recursive):
+    # The disabled function's own frame runs eagerly (sinh never reaches a graph); with
+    # recursive=False the functions it calls are still compiled (erf reaches a graph), with
+    # recursive=True they run eagerly too.
+    calls = []
+    inner, inner_disabled = _disabled_inner(recursive, calls)
+    recorder = GraphRecorder(backend)
+    outer_c = torch.compile(outer_fn_of(inner_disabled), backend=recorder, fullgraph=False)
+    case.check(outer_fn_of(inner), x_on(device), compiled=outer_c)
+    ops = recorder.ops()
+    case.record(backend_graphs=recorder.count, captured_ops=ops, inner_calls=len(calls))
+    assert len(calls) == 3, f"inner ran {len(calls)} times for 1 eager + 2 compiled runs"
+    assert "sinh" not in ops, f"the disabled frame was traced: {ops}"
+    if recursive:
+        assert "erf" not in ops, f"recursive=True, yet a callee of the disabled function was traced: {ops}"
+    else:
+        assert "erf" in ops, f"recursive=False, yet the callee of the disabled function was not compiled: {ops}"
+
+
+@pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
+@pytest.mark.parametrize("breaker", ["graph_break", "print"])
+def test_fullgraph_outer_over_inner_graph_break(case, device, backend, fullgraph, breaker):
+    # Documented: fullgraph=True turns any graph break, nested ones included, into an error.
+    from torch._dynamo.exc import Unsupported
+
+    inner = _inner_with_break(breaker)
+    outer_full = torch.compile(outer_fn_of(torch.compile(inner, backend=backend)), backend=backend,
+                               fullgraph=True)
+    with pytest.raises(Unsupported) as raised:
+        outer_full(x_on(device))
+    case.record(fullgraph_raises=type(raised.value).__name__,
+                fullgraph_message=str(raised.value).strip().splitlines()[0][:200])
+    # The same nesting without fullgraph still matches eager.
+    torch._dynamo.reset()
+    outer_c = torch.compile(outer_fn_of(torch.compile(inner, backend=backend)), backend=backend)
+    case.check(outer_fn_of(inner), x_on(device), compiled=outer_c)
+
+
+@pytest.mark.parametrize("fullgraph", [False, True], ids=["graphbreaks", "fullgraph"])
+def test_inner_different_backend(case, device, backend, fullgraph):
+    # Inner wrapper: a counting backend that runs graphs eagerly; outer: the case's backend by
+    # name. Whether any graph reaches the inner backend is the finding (the public record says
+    # none: the inner is inlined and its backend ignored); outputs must match either way.
+    inner_counter = counting_eager()
+    inner_c = torch.compile(inner_fn, backend=inner_counter)
+    outer_c = torch.compile(outer_fn_of(inner_c), backend=backend, fullgraph=fullgraph)
+    case.check(outer_fn_of(inner_fn), x_on(device), compiled=outer_c)
+    nested_count = inner_counter.frame_count
+    # The counting backend does count when the inner is called on its own, so a zero
+    # above means "not used", not "not counting".
+    torch._dynamo.reset()
+    inner_c(x_on(device))
+    case.record(inner_backend_graphs=nested_count, inner_backend_graphs_standalone=inner_counter.frame_count
+                - nested_count, inner_backend_ignored=nested_count == 0)
+    assert inner_counter.frame_count > nested_count, "the counting backend never compiled the inner alone"
+
+
+@pytest.mark.parametrize("fullgraph", [False], ids=["graphbreaks"])
+@pytest.mark.parametrize("backend", ["inductor"])
+@pytest.mark.parametrize("inner_mode", ["reduce-overhead", "max-autotune-no-cudagraphs"])
+def test_inner_different_mode(case, device, backend, fullgraph, inner_mode):
+    # The inner wrapper asks for another inductor mode than the outer; inlined, the outer's
+    # mode wins (pytorch/pytorch#118758). Elementwise ops only: nothing to autotune.
+    inner_c = torch.compile(inner_fn, backend="inductor", mode=inner_mode)
+    outer_c = torch.compile(outer_fn_of(inner_c), backend="inductor")
+    case.check(outer_fn_of(inner_fn), x_on(device), compiled=outer_c)
+    case.record(inner_mode=inner_mode)
+    assert case.metrics["graphs"] >= 1
+
+
+def test_nested_compile_region(case, device, backend, fullgraph):
+    # A region marked with nested_compile_region (2.8+) is called twice from the compiled
+    # outer; it may be compiled once and reused as a subgraph.
+    region = need("torch.compiler.nested_compile_region")
+
+    def block(x):
+        return torch.sin(x) * 2 + 1
+
+    block_region = region(block)
+
+    def outer_of(b):
+        def outer(x):
+            return b(b(x)) + x
+        return outer
+
+    case.check(outer_of(block), x_on(device),
+               compiled=torch.compile(outer_of(block_region), backend=backend, fullgraph=fullgraph))
+    assert case.metrics["graphs"] >= 1
+
+
+@pytest.mark.parametrize("fullgraph", [False], ids=["graphbreaks"])
+@pytest.mark.parametrize("backend", ["eager"])
+def test_recompile_limit_in_nested_call(case, device, backend, fullgraph):
+    # Each python int k is a constant of the compiled code (dynamic=False), so each new k
+    # recompiles the nested call. With the limit at 2, later k run eagerly: results must still
+    # match eager, and fewer graphs than distinct k get compiled.
+    import torch._dynamo.config as dynamo_config
+
+    limit_name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    ks = range(6)
+
+    def inner(x, k):
+        return torch.sin(x) * k + k
+
+    def outer_of(inner_call):
+        def outer(x, k):
+            return torch.cos(inner_call(x, k)) - x
+        return outer
+
+    def over_ks(outer):
+        def run(x):
+            return torch.stack([outer(x, k) for k in ks])
+        return run
+
+    recorder = GraphRecorder(backend)
+    inner_c = torch.compile(inner, backend=recorder, dynamic=False)
+    outer_c = torch.compile(outer_of(inner_c), backend=recorder, dynamic=False)
+    with unittest.mock.patch.object(dynamo_config, limit_name, 2):
+        case.check(over_ks(outer_of(inner)), x_on(device), compiled=over_ks(outer_c))
+    case.record(limit_config=limit_name, limit=2, distinct_k=len(ks), backend_graphs=recorder.count)
+    assert recorder.count < len(ks), f"{recorder.count} graphs for {len(ks)} k: the limit did not stop compiling"

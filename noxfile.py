@@ -1,0 +1,79 @@
+"""Nox sessions generated from the matrix table in harness/matrix.toml.
+
+    nox -l                   every session, one line each
+    nox -l --json            the same for a CI matrix
+    nox -t cpu -l            a group by tag: cpu, cuda, latest, oldest, nightly
+    nox -s cpu_torch25       run the cases with torch 2.5 on CPU; results/cpu_torch25.jsonl
+    nox -s tests             the harness's own test suite
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+import nox
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # nox does not put it there
+
+from harness import envcheck, matrix
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.error_on_missing_interpreters = True
+# Use the interpreters already on the machine: uv must not try to download CPython.
+os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
+
+SESSIONS = matrix.load()
+# The main job: the newest torch on CPU. Plain `nox` runs the whole matrix, as `nox -l --json` lists it.
+DEFAULT_SESSION = next(s for s in SESSIONS if s.device == "cpu" and "latest" in s.tags)
+
+# What every case session needs besides its pins; unpinned, they follow the session's Python.
+HARNESS_REQUIREMENTS = ["pytest", "pytest-timeout", "pytest-xdist", "packaging", "pip"]  # pip: torch.utils.collect_env runs `pip list`
+
+
+def install_pins(session: nox.Session, spec: matrix.Session) -> None:
+    """Install the session's pins. A PyTorch index is used alone for torch and what it needs,
+    then the registry for the rest: no command ever mixes two indexes."""
+    pre = ["--pre"] if spec.nightly else []
+    if spec.index_url:
+        torch_pin = spec.requirements[0]
+        session.install(*pre, "--index-url", spec.index_url, torch_pin)
+        # torch stays pinned (a nightly as installed) while the registry supplies the rest.
+        torch = [] if spec.nightly else [torch_pin]
+        session.install(*torch, *spec.requirements[1:], *HARNESS_REQUIREMENTS)
+    else:
+        session.install(*pre, *spec.requirements, *HARNESS_REQUIREMENTS)
+
+
+def run_cases(session: nox.Session, spec: matrix.Session) -> None:
+    try:
+        envcheck.require_gpu(spec)
+    except envcheck.EnvironmentMismatch as exc:
+        session.error(str(exc))
+    install_pins(session, spec)
+    session.run("python", "-m", "harness", "check-env", spec.name, silent=True)
+    session.run("python", "-m", "pytest", "cases/", *session.posargs,
+                env={"HARNESS_SESSION": spec.name})
+
+
+def _define(spec: matrix.Session) -> None:
+    def session_function(session: nox.Session) -> None:
+        run_cases(session, spec)
+
+    session_function.__doc__ = spec.description
+    session_function.__name__ = spec.name
+    nox.session(name=spec.name, python=spec.python, tags=list(spec.tags),
+                download_python="never")(session_function)
+
+
+for _spec in SESSIONS:
+    _define(_spec)
+
+
+@nox.session(python=DEFAULT_SESSION.python, download_python="never", default=False)
+def tests(session: nox.Session) -> None:
+    """Run the harness's own test suite (real torch, real compile, real nox)."""
+    session.install(*DEFAULT_SESSION.requirements, *HARNESS_REQUIREMENTS, "nox", "uv")
+    session.run("python", "-m", "pytest", "tests/", *session.posargs)

@@ -1,0 +1,5 @@
+import pathlib
+
+pytest_plugins = ["pytester"]
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent

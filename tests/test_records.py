@@ -1,0 +1,59 @@
+import json
+import os
+
+import pytest
+
+from harness import records
+
+ENV = {"kind": "environment", "session": "s"}
+CASE = {"kind": "case", "case": "f/v", "outcome": "pass"}
+
+
+def test_written_records_read_back(tmp_path):
+    writer = records.ResultsWriter(tmp_path / "s.jsonl")
+    writer.write(ENV)
+    writer.write(CASE)
+    # on disk before close: a killed run keeps what it wrote
+    assert len(records.read(tmp_path / "s.jsonl")) == 2
+    writer.close()
+    back = records.read(tmp_path / "s.jsonl")
+    assert [r["kind"] for r in back] == ["environment", "case"]
+    assert all(r["schema"] == records.SCHEMA_VERSION for r in back)
+
+
+def test_a_second_run_keeps_the_first_file(tmp_path):
+    first = records.ResultsWriter(tmp_path / "s.jsonl")
+    first.write(ENV)
+    first.close()
+    second = records.ResultsWriter(tmp_path / "s.jsonl")
+    second.close()
+    kept = list((tmp_path / "previous").iterdir())
+    assert len(kept) == 1 and records.read(kept[0])[0] == {"schema": 1, **ENV}
+
+
+def test_unwritable_directory_is_a_clear_error(tmp_path):
+    target = tmp_path / "ro"
+    target.mkdir()
+    os.chmod(target, 0o500)
+    if os.access(target, os.W_OK):  # root ignores permissions
+        target = tmp_path / "file-not-dir"
+        target.write_text("")
+    with pytest.raises(records.ResultsError, match="cannot write results to"):
+        records.ResultsWriter(target / "s.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("lines", "error"),
+    [
+        ([json.dumps({"schema": 1, **ENV}), '{"schema": 1, "kind": "case", "outc'], r"s.jsonl:2: not a JSON record"),
+        ([json.dumps({"schema": 1, **CASE})], r"s.jsonl:1: the file does not start with an environment record"),
+        ([json.dumps({"schema": 99, **ENV})], r"s.jsonl:1: schema 99"),
+        ([json.dumps({"schema": 1, **ENV}), json.dumps({"schema": 1, **CASE, "outcome": "great"})], r"s.jsonl:2: unknown outcome"),
+        (["[1, 2]"], r"s.jsonl:1: not a harness record"),
+    ],
+)
+def test_corrupt_file_names_file_and_line(tmp_path, lines, error):
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(records.ResultsError, match=error):
+        records.read(path)
