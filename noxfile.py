@@ -53,7 +53,7 @@ def run_cases(session: nox.Session, spec: matrix.Session) -> None:
     except envcheck.EnvironmentMismatch as exc:
         session.error(str(exc))
     install_pins(session, spec)
-    session.run("python", "-m", "harness", "check-env", spec.name, silent=True)
+    session.run("python", "-m", "harness", "check-env", spec.name)
     session.run("python", "-m", "pytest", "cases/", *session.posargs,
                 env={"HARNESS_SESSION": spec.name})
 

@@ -93,7 +93,7 @@ def test_session_end_to_end(tmp_path, name):
     result = nox("-s", name, "--envdir", str(tmp_path / "envs"), "--", "-k", E2E_SELECTION,
                  env={records.RESULTS_ENV: str(tmp_path / "results")})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"{name}: torch {spec.torch}" in result.stderr  # check-env confirmed the pins
+    assert f"{name}: torch {spec.torch}" in result.stdout + result.stderr  # check-env confirmed the pins
     back = records.read(tmp_path / "results" / f"{name}.jsonl")
     env, cases, end = back[0], [r for r in back if r["kind"] == "case"], back[-1]
     assert env["session"] == name and env["harness_session"] == name
