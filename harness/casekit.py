@@ -14,8 +14,10 @@ frames, max abs difference and compile/run seconds in the case's record.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
+import logging
 import time
 from typing import Any, Callable
 
@@ -101,18 +103,49 @@ def dynamo_counters() -> dict:
         "frames_ok": counters["frames"].get("ok", 0),
         "graph_breaks": sum(breaks.values()),
         "first_graph_break": next(iter(breaks), None),
-        "recompiles": _recompiles(),
     }
     return metrics
 
 
-def _recompiles() -> int | None:
-    """Frames compiled again after a guard failed; None where this torch does not say."""
-    try:
-        from torch._dynamo.utils import guard_failures
-    except ImportError:
-        return None
-    return sum(len(v) for v in guard_failures.values())
+class RecompileCounter(logging.Handler):
+    """Counts Dynamo's own "Recompiling function ..." log records (what TORCH_LOGS=recompiles
+    shows): the one signal every torch from 2.1 gives for a recompile."""
+
+    def __init__(self):
+        super().__init__(level=logging.DEBUG)
+        self.count = 0
+        self.reasons: list[str] = []
+
+    def emit(self, record):
+        self.count += 1
+        if len(self.reasons) < 3:
+            self.reasons.append(record.getMessage().splitlines()[0][:300])
+
+    def __enter__(self):
+        import torch._dynamo.convert_frame  # noqa: F401  (the loggers exist once imported)
+        import torch._dynamo.guards  # noqa: F401
+
+        self._loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
+                         if name.startswith("torch._dynamo") and name.endswith("__recompiles")]
+        try:
+            torch._logging.set_logs(recompiles=True)
+        except Exception:
+            self._loggers = []
+        for logger in self._loggers:
+            logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        for logger in self._loggers:
+            logger.removeHandler(self)
+        if self._loggers:
+            # back to what TORCH_LOGS says
+            torch._logging.set_logs()
+            torch._logging._internal._init_logs()
+
+    @property
+    def result(self) -> int | None:
+        return self.count if self._loggers else None
 
 
 def max_abs_diff(expected: list[torch.Tensor], actual: list[torch.Tensor]) -> float | None:
@@ -149,6 +182,20 @@ class CaseRun:
         """Add case-specific metrics (e.g. which backend compiled a nested function)."""
         self.metrics.update(metrics)
 
+    @contextlib.contextmanager
+    def watch_compiles(self):
+        """Record Dynamo's counters and recompiles for what runs inside (accumulating)."""
+        recompiles = self.metrics.get("recompiles") or 0
+        with RecompileCounter() as counter:
+            try:
+                yield
+            finally:
+                self.metrics.update(dynamo_counters())
+                if counter.result is not None:
+                    self.metrics["recompiles"] = recompiles + counter.result
+                    if counter.reasons:
+                        self.metrics.setdefault("recompile_reasons", counter.reasons)
+
     def check(
         self,
         fn: Callable,
@@ -175,25 +222,25 @@ class CaseRun:
 
         counters.clear()
         compiled_fn = compiled if compiled is not None else self.compile(test_fn)
-        start = time.perf_counter()
-        try:
-            actual, actual_grads = _run_with_grads(compiled_fn, test_inputs)
-        finally:
-            self.metrics["compile_s"] = round(time.perf_counter() - start, 4)
-            self.metrics.update(dynamo_counters())
+        with self.watch_compiles():
+            start = time.perf_counter()
+            try:
+                actual, actual_grads = _run_with_grads(compiled_fn, test_inputs)
+            finally:
+                self.metrics["compile_s"] = round(time.perf_counter() - start, 4)
         # Later runs should hit the compiled code; their time is the run time, and a
         # recompile here is a finding the record keeps.
         run_times = []
-        for _ in range(max(runs - 1, 0)):
-            again = _clone(inputs)
-            if isinstance(test_fn, torch.nn.Module):
-                test_fn.zero_grad(set_to_none=True)
-            start = time.perf_counter()
-            _run_with_grads(compiled_fn, again)
-            run_times.append(time.perf_counter() - start)
+        with self.watch_compiles():
+            for _ in range(max(runs - 1, 0)):
+                again = _clone(inputs)
+                if isinstance(test_fn, torch.nn.Module):
+                    test_fn.zero_grad(set_to_none=True)
+                start = time.perf_counter()
+                _run_with_grads(compiled_fn, again)
+                run_times.append(time.perf_counter() - start)
         if run_times:
             self.metrics["run_s"] = round(min(run_times), 4)
-            self.metrics.update(dynamo_counters())
 
         self.metrics["max_abs_diff"] = max_abs_diff(expected + expected_grads, actual + actual_grads)
         assert len(actual) == len(expected), f"compiled returned {len(actual)} tensors, eager {len(expected)}"

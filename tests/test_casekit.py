@@ -72,3 +72,13 @@ def test_need_returns_what_exists_and_skips_naming_what_is_missing():
         need("torch.no_such_api")
     with pytest.raises(pytest.skip.Exception, match="missing: no_such_package is not installed"):
         need("no_such_package.thing")
+
+
+def test_recompiles_are_counted():
+    run = CaseRun({"backend": "eager"})
+    compiled = torch.compile(lambda x, n: x * n, backend="eager", dynamic=False)
+    with run.watch_compiles():
+        for n in range(4):
+            compiled(torch.randn(3), n)
+    assert run.metrics["recompiles"] == 3
+    assert "Recompiling function" in run.metrics["recompile_reasons"][0]
