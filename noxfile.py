@@ -77,3 +77,9 @@ def tests(session: nox.Session) -> None:
     """Run the harness's own test suite (real torch, real compile, real nox)."""
     session.install(*DEFAULT_SESSION.requirements, *HARNESS_REQUIREMENTS, "nox", "uv")
     session.run("python", "-m", "pytest", "tests/", *session.posargs)
+
+
+@nox.session(venv_backend="none", default=False)
+def report(session: nox.Session) -> None:
+    """Merge results/*.jsonl into REPORT.md, report.html and report.json (args: see python -m harness report -h)."""
+    session.run(sys.executable, "-m", "harness", "report", *session.posargs)

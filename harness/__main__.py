@@ -16,20 +16,54 @@ def check_env(args) -> int:
     return 0
 
 
+def report(args) -> int:
+    import os
+    import pathlib
+
+    from harness import report as reporting
+
+    data = reporting.build(args.dirs or ["results"], args.baseline)
+    out = pathlib.Path(args.out or (args.dirs or ["results"])[0])
+    for path in reporting.write(data, out):
+        print(f"wrote {path}")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as handle:
+            handle.write(reporting.summary_markdown(data) + "\n")
+    regressed = [r for r in (data["baseline"] or {}).get("rows", []) if r["status"] == "regressed"]
+    incomplete = [s["name"] for s in data["sessions"] if not s["complete"]]
+    if incomplete:
+        print(f"incomplete sessions: {', '.join(incomplete)}")
+    if regressed:
+        print(f"{len(regressed)} regression(s) against the baseline:")
+        for row in regressed:
+            print(f"  {row['session']}: {row['case']}: {row['baseline']} -> {row['now']} {row['message']}")
+        return 1 if args.fail_on_regression else 0
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check-env", help="check the running environment against a session's pins")
     check.add_argument("session")
     check.set_defaults(func=check_env)
+    rep = commands.add_parser("report", help="merge results files into REPORT.md, report.html, report.json")
+    rep.add_argument("dirs", nargs="*", metavar="DIR", help="directories of *.jsonl results (default: results)")
+    rep.add_argument("--baseline", nargs="+", metavar="DIR", help="results of an earlier run to compare with")
+    rep.add_argument("--out", metavar="DIR", help="where the report goes (default: the first DIR)")
+    rep.add_argument("--no-fail-on-regression", dest="fail_on_regression", action="store_false",
+                     help="exit 0 even when a case regressed against the baseline")
+    rep.set_defaults(func=report)
     args = parser.parse_args(argv)
 
     from harness.envcheck import EnvironmentMismatch
     from harness.matrix import MatrixError
+    from harness.report import ReportError
 
     try:
         return args.func(args)
-    except (MatrixError, EnvironmentMismatch) as exc:
+    except (MatrixError, EnvironmentMismatch, ReportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
