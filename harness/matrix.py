@@ -31,6 +31,7 @@ class Session:
     extra: tuple[str, ...]
     tags: tuple[str, ...]
     nightly: bool = False
+    case_timeout: int = 600
 
     @property
     def description(self) -> str:
@@ -84,6 +85,7 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MatrixError(f"cannot read matrix {path}: {exc}") from exc
     indexes = table.get("indexes", {})
+    defaults = table.get("defaults", {})
     rows = table.get("torch", [])
     if not rows:
         raise MatrixError(f"{path}: no [[torch]] rows")
@@ -104,6 +106,7 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
             lightning=str(_require(row, "lightning", where)),
             python=str(_require(row, "python", where)),
             extra=tuple(row.get("extra", ())),
+            case_timeout=int(row.get("case_timeout", defaults.get("case_timeout", 600))),
         )
         age = ("oldest",) if position == 0 else ("latest",) if position == len(rows) - 1 else ()
         short = short_version(torch)
@@ -128,6 +131,7 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
             python=str(_require(nightly, "python", "nightly")),
             extra=tuple(nightly.get("extra", ())),
             nightly=True,
+            case_timeout=int(nightly.get("case_timeout", defaults.get("case_timeout", 600))),
         )
         cpu_index = _require(nightly, "cpu_index", "nightly")
         sessions.append(

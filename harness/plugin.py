@@ -8,13 +8,16 @@ name derived from the running torch.
 from __future__ import annotations
 
 import os
-import re
 import pathlib
+import re
+import shutil
+import tempfile
 import time
 
 import pytest
+from _pytest.runner import runtestprotocol
 
-from harness import records
+from harness import isolation, records
 from harness.casekit import CaseRun, HarnessError
 
 SESSION_ENV = "HARNESS_SESSION"
@@ -27,6 +30,8 @@ def pytest_addoption(parser):
                     help=f"where results/<session>.jsonl goes (default ${records.RESULTS_ENV} or ./results)")
     group.addoption("--session-name", default=None,
                     help=f"results file name (default ${SESSION_ENV}, else local_torch<version>)")
+    group.addoption("--reruns", type=int, default=int(os.environ.get("HARNESS_RERUNS", "1")),
+                    help="run a failing case this many more times; differing outcomes make it `flaky` (default 1)")
 
 
 def pytest_configure(config):
@@ -35,9 +40,10 @@ def pytest_configure(config):
         "upstream_bug(ref, raises, match=None): a known upstream bug; the case is `known` when it "
         "fails with `raises` (a class name; `match` searched in the message), `fixed` when it passes",
     )
-    if hasattr(config, "workerinput"):  # an xdist worker: the controller writes the file
-        return
-    config.pluginmanager.register(ResultsRecorder(config), "harness-recorder")
+    worker = getattr(config, "workerinput", None)
+    config.pluginmanager.register(CaseRunner(config, worker), "harness-runner")
+    if worker is None:  # the controller (or a run without xdist) writes the results file
+        config.pluginmanager.register(ResultsRecorder(config), "harness-recorder")
 
 
 def session_name(config) -> str:
@@ -143,6 +149,9 @@ def _classify(item, call, report) -> dict:
     exc = call.excinfo.value if call.excinfo else None
     if exc is not None:
         data.update(exc_type=_qualname(type(exc)), message=_first_line(exc))
+    if exc is not None and _is_instance_named(exc, "Failed") and data["message"].startswith("Timeout"):
+        data["outcome"] = "timeout"  # pytest-timeout interrupted the case
+        return data
     if report.when != "call" or isinstance(exc, HarnessError):
         data["outcome"] = "error"
         return data
@@ -167,53 +176,142 @@ def pytest_runtest_makereport(item, call):
     report.user_properties.append(("harness", data))
 
 
+# --- running each case (where cases run: an xdist worker, or the only process) ---
+
+RERUN_ON = {"fail", "error"}
+
+
+def _harness_data(report) -> dict | None:
+    return next((v for k, v in reversed(report.user_properties) if k == "harness"), None)
+
+
+def _outcome_of(reports) -> dict:
+    """The worst phase of one attempt, as the record will show it."""
+    phases = [d for d in map(_harness_data, reports) if d is not None]
+    return max(phases, key=lambda d: _SEVERITY[d["outcome"]])
+
+
+class CaseRunner:
+    """Runs each case between a saved and a restored torch state, reruns a failing case, and
+    in an xdist worker sends its output to a log the controller reads if the worker dies."""
+
+    def __init__(self, config, workerinput):
+        self.config = config
+        self.reruns = max(config.getoption("--reruns"), 0)
+        self.worker = workerinput.get("workerid") if workerinput else None
+        directory = workerinput.get("harness_worker_dir") if workerinput else None
+        self.worker_dir = pathlib.Path(directory) if directory else None
+        if self.worker_dir is not None:
+            isolation.redirect_worker_output(self.worker_dir, self.worker)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        identity = case_identity(item)
+        if self.worker_dir is not None:
+            isolation.mark_case_start(self.worker_dir, self.worker, identity)
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        state = isolation.TorchState()
+        state.fresh()
+        attempts, leaked = [], []
+        while True:
+            reports = runtestprotocol(item, nextitem=nextitem, log=False)
+            leaked += [thing for thing in state.restore() if thing not in leaked]
+            final = _outcome_of(reports)
+            attempts.append({k: final[k] for k in ("outcome", "exc_type", "message")})
+            if final["outcome"] not in RERUN_ON or len(attempts) > self.reruns:
+                break
+            item._initrequest()  # fresh fixtures for the next attempt
+        for report in reports:
+            data = _harness_data(report)
+            if data is None:
+                continue
+            if len(attempts) > 1:
+                data["attempts"] = attempts
+                if len({a["outcome"] for a in attempts}) > 1:
+                    data["outcome"] = "flaky"
+            if leaked:
+                data["leaked"] = leaked
+        for report in reports:
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+
 CASE_RUN = pytest.StashKey[CaseRun]()
 
 
 @pytest.fixture
 def case(request):
     """The running case: `case.check(fn, *inputs)` compares eager and compiled runs."""
-    import torch
-    import torch._dynamo
-
-    params = case_identity(request.node)["params"]
-    run = CaseRun(params)
+    run = CaseRun(case_identity(request.node)["params"])
     request.node.stash[CASE_RUN] = run
-    torch._dynamo.reset()
-    yield run
-    torch._dynamo.reset()
+    return run
 
 
 # --- writing records (runs in the process that owns the results file) ---
 
 # When several phases report, the worst one names the case's outcome.
-_SEVERITY = {"pass": 0, "fixed": 1, "skip": 2, "known": 3, "fail": 4, "error": 5, "timeout": 6, "crash": 7}
+_SEVERITY = {"pass": 0, "fixed": 1, "skip": 2, "known": 3, "fail": 4, "flaky": 5, "error": 6, "timeout": 7, "crash": 8}
+
+
+def identity_from_nodeid(nodeid: str) -> dict:
+    """What a case's record needs when its worker died before telling."""
+    path, _, name = nodeid.partition("::")
+    module = pathlib.PurePath(path).stem
+    family = module[len("test_"):] if module.startswith("test_") else module
+    function, _, params = name.partition("[")
+    variant = function[len("test_"):] if function.startswith("test_") else function
+    return {"case": f"{family}/{variant}" + (f"[{params}" if params else ""), "family": family,
+            "params": {"variant": variant}, "nodeid": nodeid}
 
 
 class ResultsRecorder:
     def __init__(self, config):
         self.config = config
         self.writer = None
+        self.environment = None
         self.pending: dict[str, list[dict]] = {}
         self.durations: dict[str, float] = {}
         self.counts: dict[str, int] = {}
+        self.worker_dir = None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session):
         from harness.environment import environment_record
 
-        name = session_name(self.config)
-        _check_session_pins(name)
+        self.name = session_name(self.config)
+        _check_session_pins(self.name)
         directory = self.config.getoption("--results-dir") or records.results_dir(self.config.rootpath / "results")
+        self.path = pathlib.Path(directory) / f"{self.name}.jsonl"
         try:
-            self.writer = records.ResultsWriter(pathlib.Path(directory) / f"{name}.jsonl")
+            records.check_writable(self.path.parent)
         except records.ResultsError as exc:
             raise pytest.UsageError(str(exc)) from None
-        self.writer.write(environment_record(name))
+        # The file itself is opened with the first record: a run that records nothing
+        # (a usage error, nothing collected) leaves an earlier file where it was.
+        self.environment = environment_record(self.name)
         self.started = time.time()
+        self.worker_dir = pathlib.Path(tempfile.mkdtemp(prefix=f"harness-{self.name}-"))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node):
+        """xdist: tell each worker where to keep its output log."""
+        node.workerinput["harness_worker_dir"] = str(self.worker_dir)
+
+    def _write(self, record: dict) -> None:
+        if self.writer is None:
+            try:
+                self.writer = records.ResultsWriter(self.path)
+            except records.ResultsError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            self.writer.write(self.environment)
+        self.writer.write(record)
 
     def pytest_runtest_logreport(self, report):
-        data = next((v for k, v in reversed(report.user_properties) if k == "harness"), None)
+        if report.when == "???":  # xdist: the worker died while running this case
+            self._record_crash(report)
+            return
+        data = _harness_data(report)
         if data is None:
             return
         data = dict(data, phase=report.when)
@@ -222,33 +320,53 @@ class ResultsRecorder:
         if report.when == "teardown":
             self._finish(report.nodeid)
 
+    def _record_crash(self, report) -> None:
+        worker = report.node.gateway.id
+        identity, output = isolation.crashed_case(self.worker_dir, worker, report.nodeid)
+        identity = identity or identity_from_nodeid(report.nodeid)
+        outcome, message = isolation.crash_summary(output)
+        self.pending.pop(report.nodeid, None)
+        self._emit({**identity, "outcome": outcome, "exc_type": None, "message": message,
+                    "upstream": [], "metrics": {}, "output_tail": isolation.shorten(output)}, report.nodeid)
+
     def _finish(self, nodeid: str) -> None:
         phases = self.pending.pop(nodeid)
         worst = max(phases, key=lambda d: _SEVERITY[d["outcome"]])
         metrics = {}
         for phase in phases:
             metrics.update(phase.get("metrics") or {})
+        extra = {key: worst[key] for key in ("attempts", "leaked") if key in worst}
+        self._emit({**worst, "metrics": metrics, **extra}, nodeid)
+
+    def _emit(self, data: dict, nodeid: str) -> None:
         record = {
             "kind": "case",
-            "case": worst["case"],
-            "family": worst["family"],
-            "params": worst["params"],
-            "outcome": worst["outcome"],
-            "exc_type": worst["exc_type"],
-            "message": worst["message"],
-            "upstream": worst["upstream"],
-            "metrics": metrics,
+            "case": data["case"],
+            "family": data["family"],
+            "params": data["params"],
+            "outcome": data["outcome"],
+            "exc_type": data["exc_type"],
+            "message": data["message"],
+            "upstream": data["upstream"],
+            "metrics": data["metrics"],
             "duration": round(self.durations.pop(nodeid, 0.0), 4),
             "nodeid": nodeid,
         }
+        for key in ("attempts", "leaked", "output_tail"):
+            if key in data:
+                record[key] = data[key]
         self.counts[record["outcome"]] = self.counts.get(record["outcome"], 0) + 1
-        self.writer.write(record)
+        self._write(record)
 
     def pytest_sessionfinish(self, session, exitstatus):
-        if self.writer is None:
+        if self.worker_dir is not None:
+            shutil.rmtree(self.worker_dir, ignore_errors=True)
+        if self.environment is None:
             return
         for nodeid in list(self.pending):  # reported but never torn down
             self._finish(nodeid)
+        if self.writer is None:
+            return
         self.writer.write({
             "kind": "end",
             "exitstatus": int(exitstatus),
@@ -258,6 +376,7 @@ class ResultsRecorder:
         self.writer.close()
 
     def pytest_terminal_summary(self, terminalreporter):
-        if self.writer is not None:
+        if self.environment is not None:
             counts = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items()))
-            terminalreporter.write_line(f"harness: {counts or 'no cases'} -> {self.writer.path}")
+            where = self.writer.path if self.writer else "no results file written"
+            terminalreporter.write_line(f"harness: {counts or 'no cases'} -> {where}")

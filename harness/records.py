@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import tempfile
 import time
 
 SCHEMA_VERSION = 1
@@ -18,6 +19,16 @@ class ResultsError(Exception):
 
 def results_dir(default: str | os.PathLike = "results") -> pathlib.Path:
     return pathlib.Path(os.environ.get(RESULTS_ENV) or default)
+
+
+def check_writable(directory: pathlib.Path) -> None:
+    """ResultsError unless results can be written in `directory` (made if missing)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise ResultsError(f"cannot write results to {directory}: {exc.strerror or exc}") from exc
 
 
 class ResultsWriter:

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Build the nightly report from downloaded artifacts; runs the same locally on copied inputs.
+#
+#   .github/scripts/aggregate.sh RESULTS_ROOT [BASELINE_DIR] OUT_DIR
+#
+# RESULTS_ROOT and BASELINE_DIR hold results files (*.jsonl) at any depth, e.g. one subdirectory
+# per artifact as actions/download-artifact and `gh run download` lay them out. A missing or
+# empty BASELINE_DIR means no baseline. Runs `nox -s report` (nox from PATH) and writes
+# REPORT.md, report.html, report.json to OUT_DIR, plus regressions.md (REPORT.md's baseline
+# section) when a case regressed. Exits with the report's status: 0, or non-zero on regressions
+# or bad input. With $GITHUB_OUTPUT set, appends regressions=N to it.
+set -euo pipefail
+
+if [ "$#" -eq 2 ]; then
+  set -- "$1" "" "$2"
+elif [ "$#" -ne 3 ]; then
+  echo "usage: $0 RESULTS_ROOT [BASELINE_DIR] OUT_DIR" >&2
+  exit 2
+fi
+results_root=$1 baseline_root=$2 out=$3
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+# Every directory that directly holds a results file (results/previous/ copies are not results).
+result_dirs() {
+  [ -n "$1" ] && [ -d "$1" ] || return 0
+  find "$1" -name previous -prune -o -type f -name '*.jsonl' -printf '%h\0' | sort -zu |
+    while IFS= read -r -d '' dir; do realpath -z -- "$dir"; done
+}
+
+mapfile -d '' -t current < <(result_dirs "$results_root")
+mapfile -d '' -t baseline < <(result_dirs "$baseline_root")
+if [ "${#current[@]}" -eq 0 ]; then
+  echo "error: no results files (*.jsonl) under ${results_root}" >&2
+  exit 2
+fi
+
+args=("${current[@]}")
+if [ "${#baseline[@]}" -gt 0 ]; then
+  args+=(--baseline "${baseline[@]}")
+  echo "baseline: ${#baseline[@]} director$([ "${#baseline[@]}" -eq 1 ] && echo y || echo ies) under ${baseline_root}"
+else
+  echo "no baseline: the report compares nothing"
+fi
+mkdir -p "$out"
+out=$(realpath -- "$out")
+
+status=0
+nox -f "$root/noxfile.py" -s report -- "${args[@]}" --out "$out" || status=$?
+
+regressions=0
+if [ -f "$out/report.json" ]; then
+  regressions=$(python3 - "$out/report.json" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1], encoding="utf-8"))
+print(sum(row["status"] == "regressed" for row in (data.get("baseline") or {}).get("rows", [])))
+PY
+)
+fi
+rm -f "$out/regressions.md"
+if [ "$regressions" -gt 0 ]; then
+  # The section between "## Against the baseline" and the next "## " heading.
+  awk '/^## /{keep = ($0 == "## Against the baseline")} keep' "$out/REPORT.md" > "$out/regressions.md"
+fi
+if [ -n "${GITHUB_OUTPUT:-}" ]; then
+  echo "regressions=$regressions" >> "$GITHUB_OUTPUT"
+fi
+exit "$status"
