@@ -82,7 +82,7 @@ def test_check_env_cli_unknown_session():
 
 
 # A few fast cases of each kind keep this end-to-end run short.
-E2E_SELECTION = "plain_checkpoint or compiled_calls_compiled"
+E2E_SELECTION = "plain_checkpoint or compiled_fn_calls_compiled_fn"
 
 
 @pytest.mark.slow
