@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import sys
@@ -33,9 +34,31 @@ DEFAULT_SESSION = next(s for s in SESSIONS if s.device == "cpu" and "latest" in 
 HARNESS_REQUIREMENTS = ["pytest", "pytest-timeout", "pytest-xdist", "packaging", "pip"]  # pip: torch.utils.collect_env runs `pip list`
 
 
+def pins_stamp(spec: matrix.Session) -> str:
+    """What a session's venv was built from; a venv whose stamp matches is reused as it is."""
+    return json.dumps({"requirements": spec.requirements, "index": spec.index_url, "python": spec.python,
+                       "harness": HARNESS_REQUIREMENTS}, sort_keys=True)
+
+
 def install_pins(session: nox.Session, spec: matrix.Session) -> None:
-    """Install the session's pins. A PyTorch index is used alone for torch and what it needs,
-    then the registry for the rest: no command ever mixes two indexes."""
+    """Install the session's pins into a venv built for them, reusing it while they are unchanged.
+    A PyTorch index is used alone for torch and what it needs, then the registry for the rest:
+    no command ever mixes two indexes."""
+    venv = session.virtualenv
+    stamp = pathlib.Path(venv.location) / "harness-pins.json"
+    wanted = pins_stamp(spec)
+    if stamp.is_file():
+        if stamp.read_text() == wanted and not spec.nightly:  # a nightly always looks for a newer wheel
+            session.log("pins unchanged since this environment was built: reusing it")
+            return
+        session.log("pins changed: rebuilding the environment")
+        venv.reuse_existing = False
+        venv.create()
+    _install(session, spec)
+    stamp.write_text(wanted)
+
+
+def _install(session: nox.Session, spec: matrix.Session) -> None:
     pre = ["--pre"] if spec.nightly else []
     if spec.index_url:
         torch_pin = spec.requirements[0]
@@ -55,14 +78,26 @@ def run_cases(session: nox.Session, spec: matrix.Session) -> None:
     install_pins(session, spec)
     session.run("python", "-m", "harness", "check-env", spec.name)
     session.run("python", "-m", "pytest", "cases/", *case_run_options(spec), *session.posargs,
-                env={"HARNESS_SESSION": spec.name})
+                env={"HARNESS_SESSION": spec.name, **compile_cache_env(session)})
+
+
+def compile_cache_env(session: nox.Session) -> dict:
+    """Inductor's and Triton's caches live in the session's venv: a re-run reuses compiled
+    kernels, and a rebuilt venv (changed pins) starts without stale ones."""
+    root = pathlib.Path(session.virtualenv.location)
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor-cache"),
+        "TRITON_CACHE_DIR": str(root / "triton-cache"),
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",  # off by default before torch 2.4
+    }
 
 
 def case_run_options(spec: matrix.Session) -> list[str]:
     """Cases run in xdist workers so that a crash or a hang costs one case, not the session:
     a dead worker is replaced, and pytest-timeout's thread method ends a hung one."""
     return [
-        "-p", "xdist", "-n", os.environ.get("HARNESS_WORKERS", "1"), "--max-worker-restart=1000",
+        # one family per worker: its imports and compiled kernels serve all its cases
+        "-p", "xdist", "-n", os.environ.get("HARNESS_WORKERS", "1"), "--dist=loadfile", "--max-worker-restart=1000",
         "--capture=tee-sys",  # sys-level capture only: a dying worker's output reaches its log
         f"--timeout={spec.case_timeout}", "--timeout-method=thread",
         "-rfEX",
@@ -75,7 +110,7 @@ def _define(spec: matrix.Session) -> None:
 
     session_function.__doc__ = spec.description
     session_function.__name__ = spec.name
-    nox.session(name=spec.name, python=spec.python, tags=list(spec.tags),
+    nox.session(name=spec.name, python=spec.python, tags=list(spec.tags), reuse_venv=True,
                 download_python="never")(session_function)
 
 
