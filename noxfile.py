@@ -130,3 +130,15 @@ def tests(session: nox.Session) -> None:
 def report(session: nox.Session) -> None:
     """Merge results/*.jsonl into REPORT.md, report.html and report.json (args: see python -m harness report -h)."""
     session.run(sys.executable, "-m", "harness", "report", *session.posargs)
+
+
+@nox.session(venv_backend="none", default=False)
+def repro(session: nox.Session) -> None:
+    """Write one case as a standalone script, run it in a session's venv, print an issue-ready report (args: CASE_ID [--session S] [--out FILE] [--no-run])."""
+    session.run(sys.executable, "-m", "harness", "repro", *session.posargs)
+
+
+@nox.session(venv_backend="none", default=False)
+def bisect(session: nox.Session) -> None:
+    """Run one case across the matrix's torch versions and name where its outcome changes (args: CASE_ID [--from 2.1] [--to 2.15] [--no-build])."""
+    session.run(sys.executable, "-m", "harness", "bisect", *session.posargs)

@@ -42,6 +42,27 @@ def report(args) -> int:
     return 0
 
 
+def repro(args) -> int:
+    from harness import repro as reproduction
+
+    try:
+        return reproduction.command(args)
+    except reproduction.ReproError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, reproduction.UnknownCase) else 1
+
+
+def bisect(args) -> int:
+    from harness import bisect as bisection
+    from harness import repro as reproduction
+
+    try:
+        return bisection.command(args)
+    except reproduction.ReproError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, reproduction.UnknownCase) else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -55,6 +76,25 @@ def main(argv=None) -> int:
     rep.add_argument("--no-fail-on-regression", dest="fail_on_regression", action="store_false",
                      help="exit 0 even when a case regressed against the baseline")
     rep.set_defaults(func=report)
+    rpr = commands.add_parser("repro", help="write one case as a standalone script, run it, print an issue-ready report")
+    rpr.add_argument("case", metavar="CASE_ID", help="family/variant[params], e.g. checkpoint/plain_checkpoint[cpu-eager-fullgraph]")
+    rpr.add_argument("--session", help="whose environment (.nox/SESSION) runs it (default: the newest CPU "
+                     "session whose venv exists, else cpu_torch213); built with nox if missing")
+    rpr.add_argument("--out", metavar="FILE", help="the script (default results/repro/repro_<case>.py; the report goes beside it as .md)")
+    rpr.add_argument("--no-run", action="store_true", help="write the script only")
+    rpr.add_argument("--python", metavar="PATH", help="collect and run with this interpreter instead of a session's venv")
+    rpr.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
+    rpr.set_defaults(func=repro)
+    bis = commands.add_parser("bisect", help="run one case across the matrix's torch versions and name where its outcome changes")
+    bis.add_argument("case", metavar="CASE_ID")
+    bis.add_argument("--from", dest="first", metavar="VERSION", help="oldest torch to run, e.g. 2.1 (default: the oldest row)")
+    bis.add_argument("--to", dest="last", metavar="VERSION", help="newest torch to run, e.g. 2.15 (default: the newest row)")
+    bis.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which sessions of each row (default cpu)")
+    bis.add_argument("--no-build", action="store_true", help="skip versions whose venv is missing instead of building it")
+    bis.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
+    bis.add_argument("--env", action="append", default=[], metavar="VERSION=PYTHON",
+                     help="run in this interpreter instead of the matrix's venvs (repeatable; replaces the matrix rows)")
+    bis.set_defaults(func=bisect)
     args = parser.parse_args(argv)
 
     from harness.envcheck import EnvironmentMismatch

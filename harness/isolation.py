@@ -3,6 +3,7 @@ saved and restored around every case."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import pathlib
@@ -89,6 +90,21 @@ def _set_autocast_state(state: tuple[bool, bool]) -> None:
         torch.set_autocast_enabled(state[1])
 
 
+def _config_values(module) -> dict:
+    """Every flag of a torch config module by value (get_config_copy deep-copies, which some
+    versions' configs refuse)."""
+    values = {}
+    with warnings.catch_warnings():  # reading deprecated flags warns
+        warnings.simplefilter("ignore")
+        for key in list(module._config):
+            value = getattr(module, key)
+            try:
+                values[key] = copy.copy(value)
+            except Exception:
+                values[key] = value
+    return values
+
+
 def _differs(a, b) -> bool:
     try:
         return bool(a != b)
@@ -114,10 +130,8 @@ class TorchState:
         import torch._inductor.config
 
         self.torch = torch
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.dynamo_config = torch._dynamo.config.get_config_copy()
-            self.inductor_config = torch._inductor.config.get_config_copy()
+        self.dynamo_config = _config_values(torch._dynamo.config)
+        self.inductor_config = _config_values(torch._inductor.config)
         self.saved_tensor_hooks = _saved_tensor_hooks()
         self.grad = torch.is_grad_enabled()
         self.dtype = torch.get_default_dtype()
