@@ -214,14 +214,21 @@ class CaseRun:
         eager_fn = fn
         test_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
         eager_inputs, test_inputs = _clone(inputs), _clone(inputs)
+        compiled_fn = compiled if compiled is not None else self.compile(test_fn)
+        modules = {id(m): m for m in (eager_fn, test_fn, compiled_fn) if isinstance(m, torch.nn.Module)}
 
+        def fresh_grads():  # each run's gradients are its own, not added to earlier ones
+            for module in modules.values():
+                module.zero_grad(set_to_none=True)
+
+        fresh_grads()
         expected, expected_grads = _run_with_grads(eager_fn, eager_inputs)
 
         torch._dynamo.reset()
         from torch._dynamo.utils import counters
 
         counters.clear()
-        compiled_fn = compiled if compiled is not None else self.compile(test_fn)
+        fresh_grads()
         with self.watch_compiles():
             start = time.perf_counter()
             try:
@@ -234,8 +241,7 @@ class CaseRun:
         with self.watch_compiles():
             for _ in range(max(runs - 1, 0)):
                 again = _clone(inputs)
-                for module in {id(m): m for m in (test_fn, compiled_fn) if isinstance(m, torch.nn.Module)}.values():
-                    module.zero_grad(set_to_none=True)  # gradients of this run only
+                fresh_grads()
                 start = time.perf_counter()
                 _run_with_grads(compiled_fn, again)
                 run_times.append(time.perf_counter() - start)
