@@ -294,6 +294,20 @@ class ResultsRecorder:
         self.worker_dir = pathlib.Path(tempfile.mkdtemp(prefix=f"harness-{self.name}-"))
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.collected = ids
+
+    def _unknown_cases(self) -> list[str]:
+        """Node ids asked for on the command line that no worker collected (pytest itself says
+        so only without xdist)."""
+        collected = getattr(self, "collected", None)
+        if collected is None:
+            return []
+        asked = [arg for arg in self.config.args if "::" in arg]
+        return [arg for arg in asked
+                if not any(c == arg or c.startswith((arg + "[", arg + "::")) for c in collected)]
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node):
         """xdist: tell each worker where to keep its output log."""
         node.workerinput["harness_worker_dir"] = str(self.worker_dir)
@@ -361,6 +375,11 @@ class ResultsRecorder:
     def pytest_sessionfinish(self, session, exitstatus):
         if self.worker_dir is not None:
             shutil.rmtree(self.worker_dir, ignore_errors=True)
+        unknown = self._unknown_cases()
+        if unknown:
+            # workers collected only what was asked for: `python -m harness repro ID` names the closest
+            self.config.get_terminal_writer().line(f"ERROR: unknown case {unknown[0]}", red=True)
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
         if self.environment is None:
             return
         for nodeid in list(self.pending):  # reported but never torn down

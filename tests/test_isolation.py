@@ -227,3 +227,16 @@ def test_unwritable_results_dir_is_one_clear_line(pytester, tmp_path):
     result = pytester.runpytest("-p", "harness.plugin", f"--results-dir={blocker / 'sub'}", "--session-name=s")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["ERROR: cannot write results to *a-file/sub: *"])
+
+
+def test_unknown_case_is_an_error_and_keeps_earlier_results(subprocess_env, tmp_path):
+    pytester = subprocess_env
+    pytester.makepyfile(test_faults=FAULTS)
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "s.jsonl").write_text("earlier results\n")
+    result = pytester.runpytest_subprocess(*XDIST, "test_faults.py::test_aftr", f"--results-dir={out}",
+                                           "--session-name=s", timeout=300)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["ERROR: unknown case test_faults.py::test_aftr"])
+    assert (out / "s.jsonl").read_text() == "earlier results\n"
