@@ -34,6 +34,8 @@ import sys
 import tempfile
 import textwrap
 
+from harness.report import upstream_link
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES_DIR = ROOT / "cases"
 FALLBACK_SESSION = "cpu_torch213"
@@ -867,16 +869,6 @@ def matrix_outcome(session: str | None, case_id: str) -> tuple[str, pathlib.Path
 
 
 # --- the report ----------------------------------------------------------------------------------
-
-def upstream_link(ref: str) -> str:
-    match = re.fullmatch(r"([\w.-]+/[\w.-]+)#(\d+)", ref)
-    if match:
-        return f"https://github.com/{match[1]}/issues/{match[2]}"
-    match = re.fullmatch(r"([\w.-]+/[\w.-]+):(.+)", ref)
-    if match:
-        return f"https://github.com/{match[1]}/blob/main/{match[2]}"
-    return ""
-
 
 def _fence(text: str, language: str = "") -> str:
     longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
