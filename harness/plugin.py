@@ -84,8 +84,12 @@ def _exception_chain(exc: BaseException):
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
+    """The exception's first line; when it only announces what follows ("backend='x' raised:"),
+    the next line too."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 def _is_instance_named(exc: BaseException, name: str) -> bool:

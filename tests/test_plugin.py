@@ -163,3 +163,14 @@ def test_under_xdist_the_controller_writes_every_record(pytester, monkeypatch):
     assert [r["kind"] for r in records].count("environment") == 1
     cases = by_variant(records)
     assert cases["known_bug"]["outcome"] == "known" and cases["passes"]["metrics"]["graphs"] == 1
+
+
+def test_message_that_announces_its_cause_keeps_the_next_line(pytester):
+    pytester.makepyfile(test_family='''
+def test_wrapped(case):
+    raise RuntimeError("backend='aot_eager' raised:\\nAssertionError: the real reason\\n\\nmore detail")
+''')
+    out = pytester.path / "out"
+    pytester.runpytest("-p", "harness.plugin", f"--results-dir={out}", "--session-name=s")
+    record = [json.loads(line) for line in (out / "s.jsonl").read_text().splitlines()][1]
+    assert record["message"] == "backend='aot_eager' raised: AssertionError: the real reason"
