@@ -11,8 +11,8 @@ def check_env(args) -> int:
 
     session = matrix.find(args.session)
     found = envcheck.check(session)
-    print(f"{session.name}: torch {found['torch']} (CUDA {found['cuda']}), "
-          f"lightning {found['lightning']} match the session's pins")
+    cuda = f" (CUDA {found['cuda']})" if "cuda" in found else ""
+    print(f"{session.name}: torch {found['torch']}{cuda}, lightning {found['lightning']} match the session's pins")
     return 0
 
 

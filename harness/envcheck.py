@@ -41,17 +41,19 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def installed() -> dict:
-    """What matters of the running interpreter's environment, without importing Lightning."""
-    import torch
-
-    return {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cuda_available": torch.cuda.is_available(),
+def installed(cuda: bool = True) -> dict:
+    """What matters of the running interpreter's environment, without importing Lightning.
+    Versions come from package metadata; only the CUDA facts (cuda=True) import torch."""
+    found = {
+        "torch": _dist_version("torch"),
         "lightning": _dist_version("lightning"),
         "pytorch-lightning": _dist_version("pytorch-lightning"),
     }
+    if cuda:
+        import torch
+
+        found.update(torch=torch.__version__, cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
+    return found
 
 
 def _same_release(found: str | None, pin: str) -> bool:
@@ -81,8 +83,9 @@ def mismatches(session: Session, found: dict) -> list[str]:
 
 
 def check(session: Session) -> dict:
-    """The installed versions; EnvironmentMismatch with every mismatch on one line."""
-    found = installed()
+    """The installed versions; EnvironmentMismatch with every mismatch on one line. A CPU
+    session pins no CUDA, so its check does not import torch."""
+    found = installed(cuda=session.cuda_major is not None)
     problems = mismatches(session, found)
     if problems:
         raise EnvironmentMismatch(f"environment does not match session {session.name}: " + "; ".join(problems))

@@ -85,3 +85,9 @@ def environment_record(session: str) -> dict:
         "packages": installed_packages(),
         "collect_env": pretty,
     }
+
+
+if __name__ == "__main__":  # the plugin runs this beside the session to gather the record
+    import json
+
+    print(json.dumps(environment_record(sys.argv[1]), default=str))

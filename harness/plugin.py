@@ -7,10 +7,13 @@ name derived from the running torch.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -18,7 +21,9 @@ import pytest
 from _pytest.runner import runtestprotocol
 
 from harness import isolation, records
-from harness.casekit import CaseRun, HarnessError
+
+# torch is imported only where cases run (the xdist worker): the controller starts the
+# workers without waiting for its own torch import, which the environment record does in a thread.
 
 SESSION_ENV = "HARNESS_SESSION"
 CASE_PARAMS = ("device", "backend", "fullgraph", "variant", "dtype")
@@ -156,7 +161,7 @@ def _classify(item, call, report) -> dict:
     if exc is not None and _is_instance_named(exc, "Failed") and data["message"].startswith("Timeout"):
         data["outcome"] = "timeout"  # pytest-timeout interrupted the case
         return data
-    if report.when != "call" or isinstance(exc, HarnessError):
+    if report.when != "call" or (exc is not None and _is_instance_named(exc, "harness.casekit.HarnessError")):
         data["outcome"] = "error"
         return data
     ref = match_upstream_bug(item, exc) if exc is not None else None
@@ -241,12 +246,14 @@ class CaseRunner:
         return True
 
 
-CASE_RUN = pytest.StashKey[CaseRun]()
+CASE_RUN = pytest.StashKey["CaseRun"]()
 
 
 @pytest.fixture
 def case(request):
     """The running case: `case.check(fn, *inputs)` compares eager and compiled runs."""
+    from harness.casekit import CaseRun
+
     run = CaseRun(case_identity(request.node)["params"])
     request.node.stash[CASE_RUN] = run
     return run
@@ -269,6 +276,24 @@ def identity_from_nodeid(nodeid: str) -> dict:
             "params": {"variant": variant}, "nodeid": nodeid}
 
 
+class EnvironmentProbe:
+    """`python -m harness.environment SESSION` in the background: the environment record."""
+
+    def __init__(self, name: str):
+        self.process = subprocess.Popen([sys.executable, "-m", "harness.environment", name],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        cwd=pathlib.Path(__file__).resolve().parent.parent)
+        self.record = None
+
+    def result(self) -> dict:
+        if self.record is None:
+            out, err = self.process.communicate()
+            if self.process.returncode != 0:
+                raise pytest.UsageError(f"cannot read this environment: {err.strip().splitlines()[-1:]}")
+            self.record = json.loads(out)
+        return self.record
+
+
 class ResultsRecorder:
     def __init__(self, config):
         self.config = config
@@ -281,7 +306,6 @@ class ResultsRecorder:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session):
-        from harness.environment import environment_record
 
         self.name = session_name(self.config)
         _check_session_pins(self.name)
@@ -292,8 +316,9 @@ class ResultsRecorder:
         except records.ResultsError as exc:
             raise pytest.UsageError(str(exc)) from None
         # The file itself is opened with the first record: a run that records nothing
-        # (a usage error, nothing collected) leaves an earlier file where it was.
-        self.environment = environment_record(self.name)
+        # (a usage error, nothing collected) leaves an earlier file where it was. The record
+        # (torch import, collect_env) is gathered by another process while the workers start.
+        self.environment = EnvironmentProbe(self.name)
         self.started = time.time()
         self.worker_dir = pathlib.Path(tempfile.mkdtemp(prefix=f"harness-{self.name}-"))
 
@@ -322,7 +347,7 @@ class ResultsRecorder:
                 self.writer = records.ResultsWriter(self.path)
             except records.ResultsError as exc:
                 raise pytest.UsageError(str(exc)) from None
-            self.writer.write(self.environment)
+            self.writer.write(self.environment.result())
         self.writer.write(record)
 
     def pytest_runtest_logreport(self, report):
