@@ -42,25 +42,27 @@ def report(args) -> int:
     return 0
 
 
-def repro(args) -> int:
+def _reproduction_command(command, args) -> int:
+    """repro and bisect: 2 for an unknown case id (closest ids named), 1 for other failures."""
     from harness import repro as reproduction
 
     try:
-        return reproduction.command(args)
+        return command(args)
     except reproduction.ReproError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, reproduction.UnknownCase) else 1
+
+
+def repro(args) -> int:
+    from harness import repro as reproduction
+
+    return _reproduction_command(reproduction.command, args)
 
 
 def bisect(args) -> int:
     from harness import bisect as bisection
-    from harness import repro as reproduction
 
-    try:
-        return bisection.command(args)
-    except reproduction.ReproError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, reproduction.UnknownCase) else 1
+    return _reproduction_command(bisection.command, args)
 
 
 def main(argv=None) -> int:
