@@ -17,14 +17,13 @@ unknown case id (the closest ids are listed) or session.
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import re
 import subprocess
 import sys
 import tempfile
 
-from harness import repro
+from harness import records, repro
 
 NOT_RUN = ("no environment", "build failed")
 
@@ -129,18 +128,8 @@ def run_case(target: Target, case_id: str, test_path: str, timeout: float) -> Re
                                   text=True, errors="replace", timeout=timeout)
         except subprocess.TimeoutExpired:
             return Result(target, "timeout", message=f"no result after {timeout:.0f} s")
-        torch, record = None, None
-        results = pathlib.Path(tmp) / f"{target.session}.jsonl"
-        if results.exists():
-            for line in results.read_text().splitlines():
-                try:
-                    data = json.loads(line)
-                except ValueError:
-                    continue
-                if data.get("kind") == "environment":
-                    torch = data.get("torch")
-                elif data.get("kind") == "case" and data.get("case") == case_id:
-                    record = data
+        environment, record = records.find_case(pathlib.Path(tmp) / f"{target.session}.jsonl", case_id)
+        torch = environment.get("torch") if environment else None
     if record is None:
         shown = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()][-3:]
         output = " | ".join(shown)

@@ -121,11 +121,14 @@ def _upstream_refs(item) -> list[str]:
     return [m.args[0] if m.args else m.kwargs["ref"] for m in item.iter_markers("upstream_bug")]
 
 
+def _without_test_prefix(name: str) -> str:
+    """`test_checkpoint` -> `checkpoint`: file and function names give family and variant."""
+    return name[len("test_"):] if name.startswith("test_") else name
+
+
 def case_identity(item) -> dict:
-    module = pathlib.Path(str(item.fspath)).stem
-    family = module[len("test_"):] if module.startswith("test_") else module
-    function = getattr(item, "originalname", None) or item.name.split("[")[0]
-    variant = function[len("test_"):] if function.startswith("test_") else function
+    family = _without_test_prefix(pathlib.Path(str(item.fspath)).stem)
+    variant = _without_test_prefix(getattr(item, "originalname", None) or item.name.split("[")[0])
     callspec = getattr(item, "callspec", None)
     raw = dict(callspec.params) if callspec else {}
     params = {key: _plain(raw[key]) for key in CASE_PARAMS if key in raw}
@@ -268,10 +271,9 @@ _SEVERITY = {"pass": 0, "fixed": 1, "skip": 2, "known": 3, "fail": 4, "flaky": 5
 def identity_from_nodeid(nodeid: str) -> dict:
     """What a case's record needs when its worker died before telling."""
     path, _, name = nodeid.partition("::")
-    module = pathlib.PurePath(path).stem
-    family = module[len("test_"):] if module.startswith("test_") else module
+    family = _without_test_prefix(pathlib.PurePath(path).stem)
     function, _, params = name.partition("[")
-    variant = function[len("test_"):] if function.startswith("test_") else function
+    variant = _without_test_prefix(function)
     return {"case": f"{family}/{variant}" + (f"[{params}" if params else ""), "family": family,
             "params": {"variant": variant}, "nodeid": nodeid}
 

@@ -96,3 +96,25 @@ def read(path: pathlib.Path) -> list[dict]:
     if not records or records[0]["kind"] != "environment":
         raise ResultsError(f"{path}:1: the file does not start with an environment record")
     return records
+
+
+def find_case(path: pathlib.Path, case_id: str) -> tuple[dict | None, dict | None]:
+    """(environment record, last record of `case_id`) of a results file that may be damaged:
+    a line that does not parse is passed over, so a run killed mid-write still answers."""
+    environment = record = None
+    try:
+        lines = pathlib.Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None, None
+    for line in lines:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(data, dict):
+            continue
+        if data.get("kind") == "environment":
+            environment = data
+        elif data.get("kind") == "case" and data.get("case") == case_id:
+            record = data
+    return environment, record

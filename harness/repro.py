@@ -853,18 +853,8 @@ def matrix_outcome(session: str | None, case_id: str) -> tuple[str, pathlib.Path
     if not session:
         return None
     path = records.results_dir(ROOT / "results") / f"{session}.jsonl"
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return None
-    outcome = None
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record.get("kind") == "case" and record.get("case") == case_id:
-            outcome = record.get("outcome")
+    _, record = records.find_case(path, case_id)
+    outcome = record.get("outcome") if record else None
     return (outcome, path) if outcome else None
 
 

@@ -57,3 +57,12 @@ def test_corrupt_file_names_file_and_line(tmp_path, lines, error):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(records.ResultsError, match=error):
         records.read(path)
+
+
+def test_find_case_passes_over_a_line_cut_by_a_kill(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join([json.dumps({"schema": 1, **ENV}), json.dumps({"schema": 1, **CASE}),
+                               '{"schema": 1, "kind": "case", "case": "f/v", "outc']) + "\n")
+    environment, record = records.find_case(path, "f/v")
+    assert environment["session"] == "s" and record["outcome"] == "pass"
+    assert records.find_case(tmp_path / "missing.jsonl", "f/v") == (None, None)
