@@ -104,6 +104,19 @@ def host_twins(build, backend):
     return eager_host, compiled_host
 
 
+def check_hosts_built_under(case, backend, init_module, empty_init):
+    """Build eager and compiled hosts inside `init_module(empty_init=...)` (Fabric's or the
+    Trainer's), run both, compare."""
+
+    def build(wrap):
+        with init_module(empty_init=empty_init):
+            return Host(wrap)
+
+    eager_host, compiled_host = host_twins(build, backend)
+    case.check(eager_host, x_on(), compiled=compiled_host)
+    case.record(empty_init=empty_init)
+
+
 def lightning_module_class():
     """A LightningModule with a (compiled) submodule built in `__init__` or `configure_model`,
     probed once where it is built; defined lazily so a missing Lightning skips."""
@@ -174,14 +187,7 @@ def test_fabric_init_module_runs_compiled_submodule(case, backend, fullgraph, em
     Fabric = need("lightning.fabric.Fabric")
     fabric = Fabric(accelerator="cpu", devices=1)
     need("lightning.fabric.Fabric.init_module")
-
-    def build(wrap):
-        with fabric.init_module(empty_init=empty_init):
-            return Host(wrap)
-
-    eager_host, compiled_host = host_twins(build, backend)
-    case.check(eager_host, x_on(), compiled=compiled_host)
-    case.record(empty_init=empty_init)
+    check_hosts_built_under(case, backend, fabric.init_module, empty_init)
 
 
 @pytest.mark.upstream_bug(EMPTY_INIT_REF, **EMPTY_INIT_BUG)
@@ -192,14 +198,7 @@ def test_trainer_init_module_runs_compiled_submodule(case, backend, fullgraph, e
     Trainer = need("lightning.pytorch.Trainer")
     need("lightning.pytorch.Trainer.init_module")
     trainer = Trainer(**LIGHTNING_TRAINER_FLAGS)
-
-    def build(wrap):
-        with trainer.init_module(empty_init=empty_init):
-            return Host(wrap)
-
-    eager_host, compiled_host = host_twins(build, backend)
-    case.check(eager_host, x_on(), compiled=compiled_host)
-    case.record(empty_init=empty_init)
+    check_hosts_built_under(case, backend, trainer.init_module, empty_init)
 
 
 @pytest.mark.upstream_bug(EMPTY_INIT_REF, **EMPTY_INIT_BUG)
