@@ -1,14 +1,17 @@
 """Speed of the matrix, measured side by side on this machine. Prints figures; asserts nothing.
 
-    python benchmarks/speed.py [--session cpu_torch25] [-k EXPR] [--skip-cold-pip]
+    python benchmarks/speed.py [--session cpu_torch25] [--parts env,session,overhead] [-k EXPR]
+                               [--rounds 3] [--skip-cold-pip]
 
-1. Environment creation for the session's pins: uv cold (empty cache) and warm, against pip
-   cold (no cache) and warm (its cache filled by the cold run). Each builds a new venv.
-2. The session's wall time through nox: cold (new venv dir, empty compile caches) and warm
-   (the same command again: venv reused, inductor cache filled).
-3. Harness overhead: in the warm venv, the session's pytest command (xdist worker, timeouts,
-   reruns, isolation) against plain `pytest cases/` with the same selection and caches.
-4. Per-family time, from the warm session's results file.
+Parts:
+  env       environment creation for the session's pins: uv cold (empty cache) and warm, against
+            pip cold (no cache) and warm (its cache filled by the cold run); each builds a new venv
+  session   the session's wall time through nox: cold (new venv dir, empty compile caches) and warm
+            (the same command again: venv reused, inductor cache filled); then time per family
+  overhead  in the session's venv (built if missing), the session's own pytest command (xdist
+            worker, time and memory limits, reruns, torch state reset; harness.sessions, as the
+            noxfile runs it) against plain `pytest cases/` with the same selection and caches,
+            alternated --rounds times; the median of each
 Targets: warm environment <= 5 s; warm session <= 1/3 of cold; harness overhead < 5 %.
 """
 
@@ -19,6 +22,7 @@ import json
 import os
 import pathlib
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,7 +31,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import matrix, records  # noqa: E402
+from harness import matrix, records, sessions  # noqa: E402
 
 
 def timed(command, env=None, cwd=ROOT) -> float:
@@ -48,9 +52,7 @@ def python_for(spec: matrix.Session) -> str:
 
 
 def env_creation(spec, work: pathlib.Path, skip_cold_pip: bool) -> dict:
-    from noxfile import HARNESS_REQUIREMENTS
-
-    requirements = [*spec.requirements, *HARNESS_REQUIREMENTS]
+    requirements = [*spec.requirements, *sessions.HARNESS_REQUIREMENTS]
     python = python_for(spec)
     figures = {}
     uv_cold_cache = work / "uv-cache"
@@ -86,28 +88,32 @@ def env_creation(spec, work: pathlib.Path, skip_cold_pip: bool) -> dict:
     return figures
 
 
-def session_runs(spec, work: pathlib.Path, select: list[str]) -> tuple[dict, pathlib.Path]:
+def session_runs(spec, work: pathlib.Path, select: list[str]) -> dict:
     envdir = work / "envs"
     results = work / "results"
     command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", spec.name,
                "--envdir", str(envdir), "--", *select]
     env = {records.RESULTS_ENV: str(results)}
-    return {"session cold": timed(command, env), "session warm": timed(command, env)}, envdir / spec.name
+    figures = {"session cold": timed(command, env), "session warm": timed(command, env)}
+    figures["warm/cold"] = figures["session warm"] / figures["session cold"]
+    figures["families"] = per_family(results / f"{spec.name}.jsonl")
+    return figures
 
 
-def overhead(spec, venv: pathlib.Path, work: pathlib.Path, select: list[str]) -> dict:
-    from noxfile import case_run_options
-
-    python = str(venv / "bin" / "python")
-    caches = {"TORCHINDUCTOR_CACHE_DIR": str(venv / "inductor-cache"), "TRITON_CACHE_DIR": str(venv / "triton-cache"),
-              "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", records.RESULTS_ENV: str(work / "overhead")}
-    bare = [python, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", *select]
-    harness = [python, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", *case_run_options(spec), *select]
+def overhead(spec, work: pathlib.Path, select: list[str], rounds: int) -> dict:
+    python = str(sessions.ensure_venv(spec.name))
+    env = {**sessions.run_env(spec, sessions.venv_dir(spec.name)), records.RESULTS_ENV: str(work / "overhead")}
+    plain = [python, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", *select]
+    harness = [python, *sessions.pytest_args(spec, ["-q", "-p", "no:cacheprovider", *select])]
+    timed(plain, env)  # fills the compile caches both runs below read
     figures = {"plain pytest cases/": [], "session's pytest command": []}
-    for _ in range(2):  # alternate, keep the better of two
-        figures["plain pytest cases/"].append(timed(bare, caches))
-        figures["session's pytest command"].append(timed(harness, caches))
-    return {name: min(values) for name, values in figures.items()}
+    for _ in range(rounds):  # alternate: drift of the machine hits both alike
+        figures["plain pytest cases/"].append(timed(plain, env))
+        figures["session's pytest command"].append(timed(harness, env))
+    medians = {name: statistics.median(values) for name, values in figures.items()}
+    medians["overhead"] = medians["session's pytest command"] / medians["plain pytest cases/"] - 1
+    medians["rounds"] = figures
+    return medians
 
 
 def per_family(path: pathlib.Path) -> dict:
@@ -121,31 +127,37 @@ def per_family(path: pathlib.Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--session", default="cpu_torch25")
-    parser.add_argument("-k", dest="select", default=None, help="pytest -k expression for the session runs")
+    parser.add_argument("--parts", default="env,session,overhead")
+    parser.add_argument("-k", dest="select", default=None, help="pytest -k expression for the runs")
+    parser.add_argument("--rounds", type=int, default=3, help="alternations of the overhead runs")
     parser.add_argument("--skip-cold-pip", action="store_true", help="pip's cold install downloads GBs again")
     args = parser.parse_args()
     spec = matrix.find(args.session)
+    parts = set(args.parts.split(","))
     select = ["-k", args.select] if args.select else []
+    figures = {}
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
         work = pathlib.Path(tmp)
         print(f"benchmark: session {spec.name} ({spec.requirements[0]}), {os.cpu_count()} cores, "
-              f"selection {args.select or 'all cases'}")
-        envs = env_creation(spec, work, args.skip_cold_pip)
-        for name, seconds in envs.items():
-            print(f"  environment, {name:28s} {seconds:7.1f} s")
-        sessions, venv = session_runs(spec, work, select)
-        for name, seconds in sessions.items():
-            print(f"  {name:40s} {seconds:7.1f} s")
-        print(f"  warm/cold session ratio                  {sessions['session warm'] / sessions['session cold']:7.2f}"
-              "  (target <= 0.33)")
-        costs = overhead(spec, venv, work, select)
-        for name, seconds in costs.items():
-            print(f"  {name:40s} {seconds:7.1f} s")
-        extra = costs["session's pytest command"] / costs["plain pytest cases/"] - 1
-        print(f"  harness overhead                         {extra * 100:6.1f} %  (target < 5 %)")
-        for family, seconds in sorted(per_family(work / "results" / f"{spec.name}.jsonl").items()):
-            print(f"  family {family:33s} {seconds:7.1f} s")
-        print(json.dumps({"environments": envs, "sessions": sessions, "overhead": costs}, indent=None))
+              f"selection {args.select or 'all cases'}", flush=True)
+        if "env" in parts:
+            figures["environments"] = env_creation(spec, work, args.skip_cold_pip)
+            for name, seconds in figures["environments"].items():
+                print(f"  environment, {name:28s} {seconds:7.1f} s", flush=True)
+        if "session" in parts:
+            runs = figures["sessions"] = session_runs(spec, work, select)
+            print(f"  session cold                             {runs['session cold']:7.1f} s")
+            print(f"  session warm                             {runs['session warm']:7.1f} s")
+            print(f"  warm/cold session ratio                  {runs['warm/cold']:7.2f}  (target <= 0.33)")
+            for family, seconds in sorted(runs["families"].items()):
+                print(f"  family {family:33s} {seconds:7.1f} s")
+        if "overhead" in parts:
+            costs = figures["overhead"] = overhead(spec, work, select, args.rounds)
+            for name in ("plain pytest cases/", "session's pytest command"):
+                rounds = ", ".join(f"{s:.1f}" for s in costs["rounds"][name])
+                print(f"  {name:40s} {costs[name]:7.1f} s  (median of {rounds})")
+            print(f"  harness overhead                         {costs['overhead'] * 100:6.1f} %  (target < 5 %)")
+        print(json.dumps(figures, indent=None, default=str))
 
 
 if __name__ == "__main__":

@@ -1,242 +1,244 @@
-"""Planted faults: each is labelled right and costs nothing else (real xdist workers, real torch)."""
+"""A fault costs its case alone, in the command the sessions run (real xdist workers, real torch).
 
+Every run here uses `harness.sessions.pytest_args`, the function the noxfile builds each session's
+pytest command with, so that a change of scheduling or options cannot leave these tests green and
+the sessions broken. The last test plants faults in a real family and runs `nox -s SESSION`.
+"""
+
+import ast
+import json
 import os
-import signal
+import shutil
 import subprocess
 import sys
 import time
 
 import pytest
 
-from harness import records, report
+from harness import matrix, records, sessions
 from tests.conftest import ROOT
 
-FAULTS = '''
-import ctypes
-import os
-import pathlib
+SESSION = matrix.find("cpu_torch215")
 
-import torch
+PLANTED_HEADER = "import ctypes, os, signal, threading\nimport pytest\nimport torch\n"
 
-
-def test_before(case):
-    case.check(torch.sin, torch.randn(3, requires_grad=True))
-
-
-def test_abort(case):
-    print("about to abort", flush=True)
-    os.abort()
-
-
-def test_segfault(case):
-    print("about to read address zero", flush=True)
-    ctypes.string_at(0)
-
-
-def test_exit(case):
-    print("leaving without a word", flush=True)
-    os._exit(3)
+# What a case does to have each fault, and what its record must say.
+FAULTS = {
+    "segfault": ("ctypes.string_at(0)", "crash", "Fatal Python error: Segmentation fault at "),
+    "abort": ("os.abort()", "crash", "Fatal Python error: Aborted at "),
+    "exit": ("print('leaving', flush=True)\n    os._exit(3)", "crash", "worker exited with status 3; last output: leaving"),
+    "sigkill": ("os.kill(os.getpid(), signal.SIGKILL)", "crash", "killed by SIGKILL"),
+    "python_loop": ("while True:\n        pass", "timeout", "ran past its time limit of 5 s at "),
+    "deadlock": ("lock = threading.Lock()\n    lock.acquire()\n    lock.acquire()", "timeout",
+                 "ran past its time limit of 5 s at "),
+    "native_sleep": ("ctypes.PyDLL(None).sleep(3600)  # holds the GIL", "timeout",
+                     "ran past its time limit of 5 s at "),
+    "out_of_memory": ("chunks = []\n    while True:\n        chunks.append(torch.ones(2 ** 28))", "crash",
+                      "out of memory: "),
+}
+LIMITS = ["--timeout=5", "--memory-limit=3G"]
 
 
-def test_endless_loop(case):
-    while True:
-        pass
+def ok_case(name):
+    return f"def test_{name}(case):\n    case.check(torch.sin, torch.randn(3, requires_grad=True))\n"
 
 
-def test_flips(case):
-    # fails on its first run, passes on the second
-    marker = pathlib.Path(os.environ["FLIP_MARKER"])
-    if not marker.exists():
-        marker.write_text("ran once")
-        raise AssertionError("first run fails")
+def fault_case(name, kind):
+    return f"def test_{name}(case):\n    {FAULTS[kind][0]}\n"
 
 
-def test_fails_twice(case):
-    raise AssertionError("always fails")
-
-
-def test_after(case):
-    case.check(torch.cos, torch.randn(3, requires_grad=True))
-'''
-
-XDIST = ["-p", "harness.plugin", "-p", "xdist", "-n", "1", "--max-worker-restart=100", "--capture=tee-sys",
-         "--timeout=20", "--timeout-method=thread"]
-
-
-def read_cases(path):
-    return {r["params"]["variant"]: r for r in records.read(path) if r["kind"] == "case"}
+def run_session_command(pytester, path, *args, session=SESSION):
+    """The session's pytest command on `path` (which narrows it to that file)."""
+    out = pytester.path / "results"
+    command = sessions.pytest_args(session, [str(path), *args, f"--results-dir={out}"])
+    start = time.monotonic()
+    result = pytester.run(sys.executable, *command, timeout=900)
+    return result, out / f"{session.name}.jsonl", time.monotonic() - start
 
 
 @pytest.fixture
-def subprocess_env(pytester, monkeypatch, tmp_path):
+def session_env(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    monkeypatch.setenv("FLIP_MARKER", str(tmp_path / "flip"))
-    return pytester
+    monkeypatch.setenv("HARNESS_SESSION", SESSION.name)
+    monkeypatch.delenv("HARNESS_WORKERS", raising=False)
 
 
-def test_every_fault_is_labelled_and_nothing_else_is_lost(subprocess_env, tmp_path):
-    pytester = subprocess_env
-    pytester.makepyfile(test_faults=FAULTS)
-    out = tmp_path / "results"
-    result = pytester.runpytest_subprocess(*XDIST, f"--results-dir={out}", "--session-name=faults", timeout=600)
-    assert result.ret == 1
-    cases = read_cases(out / "faults.jsonl")
-    assert {name: r["outcome"] for name, r in cases.items()} == {
-        "before": "pass", "abort": "crash", "segfault": "crash", "exit": "crash",
-        "endless_loop": "timeout", "flips": "flaky", "fails_twice": "fail", "after": "pass",
-    }
-    assert cases["abort"]["message"] == "Fatal Python error: Aborted"
-    assert "about to abort" in cases["abort"]["output_tail"]
-    assert cases["segfault"]["message"] == "Fatal Python error: Segmentation fault"
-    assert "about to read address zero" in cases["segfault"]["output_tail"]
-    assert cases["exit"]["message"] == "worker died; last output: leaving without a word"
-    assert "Timeout" in cases["endless_loop"]["message"]
-    assert cases["abort"]["case"] == "faults/abort" and cases["abort"]["family"] == "faults"
-    assert [a["outcome"] for a in cases["flips"]["attempts"]] == ["fail", "pass"]
-    assert cases["flips"]["attempts"][0]["message"] == "first run fails"
-    assert [a["outcome"] for a in cases["fails_twice"]["attempts"]] == ["fail", "fail"]
-    assert records.read(out / "faults.jsonl")[-1]["kind"] == "end"
-
-
-def test_reruns_are_configurable(subprocess_env, tmp_path):
-    pytester = subprocess_env
-    pytester.makepyfile(test_faults=FAULTS)
-    out = tmp_path / "results"
-    pytester.runpytest_subprocess("-p", "harness.plugin", "--reruns=0", "-k", "flips or fails_twice",
-                                  f"--results-dir={out}", "--session-name=s", timeout=300)
-    cases = read_cases(out / "s.jsonl")
-    assert cases["flips"]["outcome"] == "fail" and "attempts" not in cases["flips"]
-
-
-def test_timeout_per_case_marker(subprocess_env, tmp_path):
-    pytester = subprocess_env
-    pytester.makepyfile(test_slow='''
-import time
-import pytest
-
-@pytest.mark.timeout(2)
-def test_short_limit(case):
-    time.sleep(30)
-
-def test_session_limit_is_longer(case):
-    time.sleep(3)
-''')
-    out = tmp_path / "results"
-    pytester.runpytest_subprocess(*XDIST, f"--results-dir={out}", "--session-name=s", timeout=300)
-    cases = read_cases(out / "s.jsonl")
-    assert cases["short_limit"]["outcome"] == "timeout"
-    assert cases["session_limit_is_longer"]["outcome"] == "pass"
-
-
-def test_sigkill_of_the_whole_run_keeps_every_finished_record(pytester, tmp_path):
-    pytester.makepyfile(test_killed='''
-import time
-
-def test_one(case):
-    pass
-
-def test_two(case):
-    pass
-
-def test_hangs(case):
-    time.sleep(600)
-''')
-    out = tmp_path / "results"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "harness.plugin", *XDIST[2:], f"--results-dir={out}",
-         "--session-name=killed", str(pytester.path)],
-        cwd=pytester.path, env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    path = out / "killed.jsonl"
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if path.exists() and path.read_text().count('"kind": "case"') >= 2:
-            break
-        time.sleep(0.5)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+def case_records(path) -> list[dict]:
+    """The case records of a finished session: each case once."""
     back = records.read(path)
-    assert [r.get("params", {}).get("variant") for r in back if r["kind"] == "case"] == ["one", "two"]
-    assert back[-1]["kind"] == "case"  # no end record
-    data = report.build([out])
-    assert data["sessions"][0]["complete"] is False and data["sessions"][0]["finished"] is False
+    assert back[-1]["kind"] == "end", "the session did not end"
+    cases = [r for r in back if r["kind"] == "case"]
+    ids = [r["case"] for r in cases]
+    assert len(ids) == len(set(ids)), f"duplicate records: {ids}"
+    return cases
 
 
-LEAKY = '''
-import torch
-from torch.overrides import TorchFunctionMode
+def by_variant(cases) -> dict:
+    return {r["params"]["variant"]: r for r in cases}
 
 
-class PassThrough(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        return func(*args, **(kwargs or {}))
+@pytest.mark.parametrize("kind", sorted(FAULTS))
+def test_each_kind_of_fault_costs_its_case_alone(pytester, session_env, kind):
+    path = pytester.makepyfile(test_planted=PLANTED_HEADER + "\n\n".join([
+        ok_case("before"), fault_case("fault", kind), ok_case("after")]))
+    result, results_file, _ = run_session_command(pytester, path, *LIMITS)
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    cases = by_variant(case_records(results_file))
+    _, outcome, message = FAULTS[kind]
+    assert {n: r["outcome"] for n, r in cases.items()} == {"before": "pass", "fault": outcome, "after": "pass"}
+    assert cases["fault"]["message"].startswith(message), cases["fault"]
+    if outcome == "timeout":
+        assert "test_planted.py:" in cases["fault"]["message"]
 
 
-def test_leaves_state_behind(case):
-    torch.compile(torch.sin, backend="eager")(torch.randn(2))
-    torch._dynamo.config.cache_size_limit = 1
-    torch.set_grad_enabled(False)
-    PassThrough().__enter__()
+def test_faults_first_in_the_middle_twice_in_a_row_and_last(pytester, session_env):
+    order = ["fault_first", "ok_1", "fault_middle", "fault_again", "ok_2", "fault_last"]
+    path = pytester.makepyfile(test_planted=PLANTED_HEADER + "\n\n".join(
+        ok_case(n) if n.startswith("ok") else fault_case(n, "segfault") for n in order))
+    result, results_file, _ = run_session_command(pytester, path)
+    cases = case_records(results_file)
+    assert [r["params"]["variant"] for r in cases] == order  # the order of the file, as without faults
+    assert {r["params"]["variant"]: r["outcome"] for r in cases} == {
+        n: "pass" if n.startswith("ok") else "crash" for n in order}
 
 
-def test_starts_clean(case):
-    assert torch._dynamo.config.cache_size_limit != 1
-    assert torch.is_grad_enabled()
-    assert torch._C._len_torch_function_stack() == 0
-    from torch._dynamo.utils import counters
-    assert not counters["stats"]
-'''
+def test_faults_in_a_fixture_and_its_teardown(pytester, session_env):
+    path = pytester.makepyfile(test_planted=PLANTED_HEADER + '''
 
-REVERSE = '''
-def pytest_collection_modifyitems(items):
-    items.reverse()
-'''
+@pytest.fixture
+def crashes_on_setup():
+    os.abort()
 
 
-@pytest.mark.parametrize("order", ["forward", "reverse"])
-def test_cases_do_not_leak_into_each_other(pytester, tmp_path, order):
-    pytester.makepyfile(test_leaky=LEAKY, reverse_order=REVERSE)
-    pytester.syspathinsert()
-    out = tmp_path / "results"
-    args = ["-p", "reverse_order"] if order == "reverse" else []
-    pytester.runpytest("-p", "harness.plugin", *args, f"--results-dir={out}", "--session-name=s")
-    cases = read_cases(out / "s.jsonl")
-    assert cases["starts_clean"]["outcome"] == "pass"
-    assert cases["leaves_state_behind"]["outcome"] == "pass"
-    assert set(cases["leaves_state_behind"]["leaked"]) == {"a torch function mode", "grad mode", "torch._dynamo.config"}
+@pytest.fixture
+def crashes_on_teardown():
+    yield
+    ctypes.string_at(0)
 
 
-def test_real_cases_give_the_same_outcomes_in_either_order(subprocess_env, tmp_path):
-    pytester = subprocess_env
-    pytester.makepyfile(reverse_order=REVERSE)
-    outcomes = {}
-    for order, extra in (("forward", []), ("reverse", ["-p", "reverse_order"])):
-        out = tmp_path / order
-        pytester.runpytest_subprocess(
-            "-p", "harness.plugin", *extra, str(ROOT / "cases"), "-k", "not inductor and not cuda",
-            f"--rootdir={ROOT}", f"--results-dir={out}", "--session-name=s", timeout=1200)
-        outcomes[order] = {r["case"]: r["outcome"] for r in records.read(out / "s.jsonl") if r["kind"] == "case"}
-    assert outcomes["forward"] and outcomes["forward"] == outcomes["reverse"]
+def test_setup_crash(case, crashes_on_setup):
+    pass
 
 
-def test_unwritable_results_dir_is_one_clear_line(pytester, tmp_path):
-    pytester.makepyfile(test_one="def test_one(case):\n    pass\n")
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    result = pytester.runpytest("-p", "harness.plugin", f"--results-dir={blocker / 'sub'}", "--session-name=s")
-    assert result.ret != 0
-    result.stderr.fnmatch_lines(["ERROR: cannot write results to *a-file/sub: *"])
+''' + ok_case("between") + '''
+
+def test_teardown_crash(case, crashes_on_teardown):
+    case.check(torch.cos, torch.randn(3, requires_grad=True))
 
 
-def test_unknown_case_is_an_error_and_keeps_earlier_results(subprocess_env, tmp_path):
-    pytester = subprocess_env
-    pytester.makepyfile(test_faults=FAULTS)
-    out = tmp_path / "results"
-    out.mkdir()
-    (out / "s.jsonl").write_text("earlier results\n")
-    result = pytester.runpytest_subprocess(*XDIST, "test_faults.py::test_aftr", f"--results-dir={out}",
-                                           "--session-name=s", timeout=300)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stdout.fnmatch_lines(["ERROR: unknown case test_faults.py::test_aftr"])
-    assert (out / "s.jsonl").read_text() == "earlier results\n"
+''' + ok_case("after"))
+    result, results_file, _ = run_session_command(pytester, path, *LIMITS)
+    cases = by_variant(case_records(results_file))
+    assert {n: r["outcome"] for n, r in cases.items()} == {
+        "setup_crash": "crash", "between": "pass", "teardown_crash": "crash", "after": "pass"}
+    assert cases["setup_crash"]["message"].startswith("Fatal Python error: Aborted at test_planted.py")
+    assert "in crashes_on_setup" in cases["setup_crash"]["message"]
+    assert "in crashes_on_teardown" in cases["teardown_crash"]["message"]
+    assert cases["teardown_crash"]["metrics"]["graphs"] == 1  # what the case did before it died
+
+
+def test_start_up_is_not_charged_to_the_first_case(pytester, session_env):
+    # A new worker imports torch, Dynamo and inductor before its first case's clock starts
+    # (about 4 s here); after a crash, the replacement worker's first case as well.
+    path = pytester.makepyfile(test_planted=PLANTED_HEADER + "\n\n".join([
+        "def test_empty_first(case):\n    pass\n", fault_case("crash", "segfault"),
+        "def test_empty_after_crash(case):\n    pass\n"]))
+    _, results_file, _ = run_session_command(pytester, path, "--timeout=3")
+    cases = by_variant(case_records(results_file))
+    assert cases["empty_first"]["outcome"] == "pass", cases["empty_first"]
+    assert cases["empty_after_crash"]["outcome"] == "pass", cases["empty_after_crash"]
+
+
+def test_crash_output_and_where_it_happened_are_kept(pytester, session_env):
+    path = pytester.makepyfile(test_planted=PLANTED_HEADER + '''
+def test_crash(case):
+    print("about to read address zero", flush=True)
+    ctypes.string_at(0)
+''')
+    result, results_file, _ = run_session_command(pytester, path)
+    record = by_variant(case_records(results_file))["crash"]
+    assert record["message"] == "Fatal Python error: Segmentation fault at test_planted.py:7 in test_crash"
+    assert "about to read address zero" in record["output_tail"]
+    assert record["case"] == "planted/crash" and record["family"] == "planted"
+    result.stdout.fnmatch_lines(["*FAILED*test_crash - Fatal Python error: Segmentation fault*"])
+
+
+# --- a real family, through nox ------------------------------------------------------------------
+
+FAMILY = "cases/test_checkpoint.py"
+# (position, fault kind): first, middle, two in a row, in a fixture and in its teardown, last.
+PLANTS = [("first", "segfault"), ("middle", "python_loop"), ("middle", "abort"), ("middle", "exit"),
+          ("middle", "native_sleep"), ("middle", "fixture"), ("middle", "teardown"), ("last", "sigkill"),
+          ("last", "out_of_memory")]
+
+
+def plant_faults(source: str) -> str:
+    """The family's source with the PLANTS inserted among its test functions."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    tests = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+    def start_of(node):
+        return min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+    at = {"first": start_of(tests[0]), "middle": start_of(tests[len(tests) // 2]), "last": len(lines)}
+    inserts: dict[int, list[str]] = {}
+    for number, (position, kind) in enumerate(PLANTS):
+        if kind == "fixture":
+            text = f"@pytest.fixture\ndef planted_{number}():\n    os.kill(os.getpid(), signal.SIGKILL)\n\n\n" \
+                   f"def test_planted_{number}_{kind}(case, planted_{number}):\n    pass\n"
+        elif kind == "teardown":
+            text = f"@pytest.fixture\ndef planted_{number}():\n    yield\n    ctypes.string_at(0)\n\n\n" \
+                   f"def test_planted_{number}_{kind}(case, planted_{number}):\n    pass\n"
+        else:
+            text = fault_case(f"planted_{number}_{kind}", kind)
+        inserts.setdefault(at[position], []).append("\n\n" + text + "\n")
+    out = [PLANTED_HEADER]
+    for index in range(len(lines) + 1):
+        out += inserts.get(index, [])
+        if index < len(lines):
+            out.append(lines[index] + "\n")
+    return "".join(out)
+
+
+def copy_project(target):
+    """The noxfile, harness and cases in `target`: a project to plant faults in."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("cases", "harness"):
+        shutil.copytree(ROOT / folder, target / folder, ignore=ignore)
+    for name in ("noxfile.py", "pyproject.toml"):
+        shutil.copy2(ROOT / name, target / name)
+    return target
+
+
+def nox_session(project, name, results, *args):
+    env = {**os.environ, records.RESULTS_ENV: str(results)}
+    env.pop("HARNESS_SESSION", None)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "-s", name,
+                           "--envdir", str(ROOT / ".nox"), "--", *args],
+                          cwd=project, capture_output=True, text=True, timeout=3600, env=env)
+    return done, time.monotonic() - start
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cpu_torch215", "cpu_torch25"])
+def test_planted_faults_in_a_real_family_through_nox(tmp_path, name):
+    spec = matrix.find(name)
+    clean = copy_project(tmp_path / "clean")
+    done, _ = nox_session(clean, name, tmp_path / "clean-results", FAMILY)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    clean_cases = case_records(tmp_path / "clean-results" / f"{name}.jsonl")
+    planted = copy_project(tmp_path / "planted")
+    (planted / FAMILY).write_text(plant_faults((ROOT / FAMILY).read_text()))
+    done, seconds = nox_session(planted, name, tmp_path / "planted-results", FAMILY, "--timeout=20",
+                                "--memory-limit=4G")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    planted_cases = case_records(tmp_path / "planted-results" / f"{name}.jsonl")
+    faults = {r["case"]: r for r in planted_cases if r["params"]["variant"].startswith("planted_")}
+    assert len(faults) == len(PLANTS)
+    assert all(r["outcome"] in ("crash", "timeout") for r in faults.values()), faults
+    assert faults["checkpoint/planted_8_out_of_memory"]["message"].startswith("out of memory: ")
+    others = {r["case"]: r["outcome"] for r in planted_cases if r["case"] not in faults}
+    assert others == {r["case"]: r["outcome"] for r in clean_cases}
+    assert seconds < spec.case_timeout + 60 * len(PLANTS), seconds
+    print(json.dumps({"session": name, "planted_seconds": round(seconds, 1), "faults": {
+        n: (r["outcome"], r["message"]) for n, r in faults.items()}}, indent=1))

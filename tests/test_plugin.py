@@ -91,7 +91,7 @@ def test_outcomes_are_classified_and_recorded(pytester):
     assert cases["skips_with_reason"]["message"] == "missing: torch.compiler.nested_compile_region"
     assert cases["environment_broke"]["exc_type"] == "builtins.OSError"
     recorded = cases["params_are_recorded-aot_eager"]
-    assert recorded["case"] == "family/params_are_recorded[fullgraph-aot_eager]"
+    assert recorded["case"] == "family/params_are_recorded[aot_eager-fullgraph]"  # shared params first, in one order
     assert recorded["family"] == "family"
     assert recorded["params"] == {"backend": "aot_eager", "fullgraph": True, "variant": "params_are_recorded"}
     metrics = recorded["metrics"]

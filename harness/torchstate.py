@@ -1,73 +1,12 @@
-"""Keeping cases apart: per-worker output logs for crash reports, and global torch state
-saved and restored around every case."""
+"""Global torch state one case can leave behind for the next, snapshot once and restored after
+every case: Dynamo's caches and counters, Dynamo and inductor config, torch function modes,
+autocast, grad mode, default dtype, default saved-tensor hooks, the RNG seed."""
 
 from __future__ import annotations
 
 import copy
-import json
-import os
-import pathlib
 import warnings
 
-START_MARK = "=== harness: start "
-
-
-# --- worker output: what a crashed case printed last ---
-
-def redirect_worker_output(directory: pathlib.Path, worker: str) -> None:
-    """Point this worker's fd 1 and 2 at a log file. With pytest's capture at sys level only
-    (--capture=tee-sys), everything a case prints, C code and faulthandler included, lands
-    there, so the controller can quote it when the worker dies."""
-    log = os.open(directory / f"{worker}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-
-
-def mark_case_start(directory: pathlib.Path, worker: str, identity: dict) -> None:
-    """Note which case this worker runs now, in its log and in `<worker>.current`."""
-    os.write(2, f"\n{START_MARK}{identity['nodeid']}\n".encode())
-    (directory / f"{worker}.current").write_text(json.dumps(identity))
-
-
-def crashed_case(directory: pathlib.Path, worker: str, nodeid: str) -> tuple[dict | None, str]:
-    """The identity of the case a dead worker was running and what it printed meanwhile."""
-    identity = None
-    current = directory / f"{worker}.current"
-    if current.exists():
-        found = json.loads(current.read_text())
-        identity = found if found.get("nodeid") == nodeid else None
-    try:
-        text = (directory / f"{worker}.log").read_text(errors="replace")
-    except OSError:
-        return identity, ""
-    start = text.rfind(f"{START_MARK}{nodeid}\n")
-    if start >= 0:
-        text = text[start:].split("\n", 1)[1] if "\n" in text[start:] else ""
-    return identity, text
-
-
-def shorten(output: str, head: int = 1500, tail: int = 2500) -> str:
-    """What a record keeps of a dead worker's output: its start (what the case printed) and
-    its end (how it died), without the interpreter's list of extension modules."""
-    lines = [line for line in output.splitlines() if not line.startswith("Extension modules:")]
-    text = "\n".join(lines)
-    return text if len(text) <= head + tail else f"{text[:head]}\n[...]\n{text[-tail:]}"
-
-
-def crash_summary(output: str) -> tuple[str, str]:
-    """(outcome, message) for a dead worker from what it printed: pytest-timeout's banner
-    means `timeout`, anything else `crash`; the message is the most telling line."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    if any(line.startswith("+") and "Timeout" in line for line in lines):
-        return "timeout", next(line.strip("+ ") for line in lines if "Timeout" in line)
-    for line in lines:
-        if line.startswith("Fatal Python error:"):
-            return "crash", line
-    return "crash", (f"worker died; last output: {lines[-1]}" if lines else "worker died without output")
-
-
-# --- global torch state ---
 
 def _autocast_state() -> tuple[bool, bool]:
     """(CPU, CUDA) autocast enabled; the device-argument API from torch 2.4, else the old one."""
@@ -121,15 +60,14 @@ def _saved_tensor_hooks():
 
 
 class TorchState:
-    """What one case can leave behind for the next: Dynamo's caches and counters, Dynamo and
-    inductor config, torch function modes, autocast, grad mode, default dtype, RNG."""
+    """The state a process starts its cases from. Taking it imports torch, Dynamo and inductor,
+    which is why the runner takes it once, before any case's clock starts."""
 
     def __init__(self):
         import torch
         import torch._dynamo
         import torch._inductor.config
 
-        self.torch = torch
         self.dynamo_config = _config_values(torch._dynamo.config)
         self.inductor_config = _config_values(torch._inductor.config)
         self.saved_tensor_hooks = _saved_tensor_hooks()
@@ -138,13 +76,15 @@ class TorchState:
         self.modes = torch._C._len_torch_function_stack()
         self.autocast = _autocast_state()
 
-    def fresh(self) -> None:
-        """Start a case from a clean compiler and a fixed seed."""
+    @staticmethod
+    def fresh() -> None:
+        """Start a case from an empty compiler cache, zeroed counters and a fixed seed."""
+        import torch
         from torch._dynamo.utils import counters
 
-        self.torch._dynamo.reset()
+        torch._dynamo.reset()
         counters.clear()
-        self.torch.manual_seed(0)
+        torch.manual_seed(0)
 
     def restore(self) -> list[str]:
         """Put everything back; returns what the case had left changed."""
@@ -171,10 +111,8 @@ class TorchState:
             with warnings.catch_warnings():  # reading deprecated flags warns
                 warnings.simplefilter("ignore")
                 changed = {key: value for key, value in saved.items() if _differs(getattr(module, key, value), value)}
-            if changed:
-                leaked.append(name)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
+                if changed:
+                    leaked.append(name)
                     for key, value in changed.items():
                         setattr(module, key, value)
         if self.saved_tensor_hooks is None:

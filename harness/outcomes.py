@@ -1,0 +1,126 @@
+"""What a case's run can come to: each outcome defined once, and the rules that classify a run.
+
+Every part of the harness that shows or acts on an outcome reads it from OUTCOMES: the plugin
+(records, pytest's report), the regression table, the JUnit file, the reproduction script's exit
+code and bisect.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    name: str
+    severity: int  # when several phases of a case report, the most severe names the case
+    symbol: str  # REPORT.md
+    cell: str  # report.html: plain text, the colour does the rest
+    meaning: str
+    verdict: str  # "passing", "failing" or "neutral": what a change between two runs means
+    fails_session: bool  # the session (pytest) exits non-zero when a case has this outcome
+    exit_code: int | None  # of a reproduction script that ends this way (None: it cannot print it)
+
+
+OUTCOMES = {o.name: o for o in (
+    Outcome("pass", 0, "✅", "pass", "passed", "passing", False, 0),
+    Outcome("fixed", 1, "🎉", "fixed", "a recorded upstream bug no longer reproduces", "passing", False, 0),
+    Outcome("skip", 2, "⏭️", "skip", "did not run here (reason on the cell)", "neutral", False, 125),
+    Outcome("limitation", 3, "🚧", "limit", "raises as a documented limitation of torch.compile", "failing",
+            False, 5),
+    Outcome("known", 4, "🐛", "known", "fails as a recorded upstream bug", "failing", False, 3),
+    Outcome("fail", 5, "❌", "FAIL", "failed (not a recorded upstream bug or limitation)", "failing", True, 1),
+    Outcome("flaky", 6, "🔀", "flaky", "attempts disagreed", "neutral", False, None),
+    Outcome("error", 7, "⚠️", "ERROR", "the harness or environment broke", "failing", True, 4),
+    Outcome("timeout", 8, "⏱️", "T/O", "ran past its time limit", "failing", True, None),
+    Outcome("crash", 9, "💥", "CRASH", "its process died, or ran out of memory", "failing", True, None),
+)}
+NAMES = tuple(OUTCOMES)
+PASSING = frozenset(n for n, o in OUTCOMES.items() if o.verdict == "passing")
+FAILING = frozenset(n for n, o in OUTCOMES.items() if o.verdict == "failing")
+
+
+def worst(names) -> str:
+    return max(names, key=lambda name: OUTCOMES[name].severity)
+
+
+# --- what a raised exception means ----------------------------------------------------------
+
+def qualname(cls) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def exception_chain(exc: BaseException):
+    """`exc` and what it was raised from or during, innermost last."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def first_line(exc: BaseException) -> str:
+    """The exception's first line; when it only announces what follows ("backend='x' raised:"),
+    the next line too."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+
+
+def is_instance_named(exc: BaseException, name: str) -> bool:
+    """`exc` is an instance of a class called `name` (bare or qualified): no import needed."""
+    return any(name in (cls.__name__, qualname(cls)) for cls in type(exc).__mro__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Expected:
+    """A failure a case declares: an upstream bug (`upstream_bug` marker) or a documented
+    limitation (`limitation` marker), recognised by the exception's class and message."""
+
+    kind: str  # "known" (an upstream bug) or "limitation"
+    ref: str  # 'owner/repo#123' or a documentation URL
+    raises: tuple[str, ...]
+    match: str | None = None
+
+    def matches(self, exc: BaseException) -> bool:
+        return any(any(is_instance_named(candidate, name) for name in self.raises)
+                   and (self.match is None or re.search(self.match, str(candidate)))
+                   for candidate in exception_chain(exc))
+
+
+EXPECTED_MARKERS = {"upstream_bug": "known", "limitation": "limitation"}
+
+
+def expected_failures(item) -> list[Expected]:
+    """The failures `item` (a pytest item) declares, closest marker first."""
+    found = []
+    for marker_name, kind in EXPECTED_MARKERS.items():
+        for marker in item.iter_markers(marker_name):
+            args, kwargs = list(marker.args), marker.kwargs
+            ref = args[0] if args else kwargs["ref"]
+            raises = kwargs.get("raises") or (args[1] if len(args) > 1 else None)
+            names = raises if isinstance(raises, (list, tuple)) else [raises]
+            found.append(Expected(kind, ref, tuple(n if isinstance(n, str) else n.__name__ for n in names),
+                                  kwargs.get("match")))
+    return found
+
+
+MEMORY_EXHAUSTED = re.compile(r"can't allocate memory|not enough memory|out of memory", re.I)
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    return any(isinstance(e, MemoryError) or is_instance_named(e, "OutOfMemoryError")
+               or (isinstance(e, RuntimeError) and MEMORY_EXHAUSTED.search(str(e)))
+               for e in exception_chain(exc))
+
+
+def classify_exception(exc: BaseException, expected: list[Expected]) -> tuple[str, str | None]:
+    """(outcome, ref) of a case that raised `exc` while running (not setting up)."""
+    if out_of_memory(exc):
+        return "crash", None
+    for declared in expected:
+        if declared.matches(exc):
+            return declared.kind, declared.ref
+    return "fail", None

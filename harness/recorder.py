@@ -1,0 +1,213 @@
+"""The process that owns the results file (xdist's controller, or pytest's own process): one record
+per case, appended and flushed as each case finishes, including cases whose worker died.
+
+The results file is `<results dir>/<session>.jsonl`; the session is $HARNESS_SESSION (set by
+nox), else a name derived from the running torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from harness import records, workerlog
+from harness.caseid import identity_from_nodeid
+from harness.outcomes import OUTCOMES
+
+SESSION_ENV = "HARNESS_SESSION"
+
+
+def _harness_data(report) -> dict | None:
+    return next((v for k, v in reversed(report.user_properties) if k == "harness"), None)
+
+
+def session_name(config) -> str:
+    name = config.getoption("session_name") or os.environ.get(SESSION_ENV)
+    if name:
+        return name
+    from importlib.metadata import version
+
+    return "local_torch" + re.sub(r"[^0-9A-Za-z.]+", "_", version("torch"))
+
+
+def check_session_pins(name: str) -> None:
+    """Inside a matrix session, refuse to run (and to touch its results) if the pins drifted."""
+    from harness import envcheck, matrix
+
+    try:
+        session = matrix.find(name)
+    except matrix.MatrixError:
+        return  # not a matrix session: record the environment as it is
+    try:
+        envcheck.check(session)
+    except envcheck.EnvironmentMismatch as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+class EnvironmentProbe:
+    """`python -m harness.environment SESSION` beside the run: the environment record (it imports
+    torch and runs collect_env, which this process need not wait for)."""
+
+    def __init__(self, name: str):
+        self.process = subprocess.Popen([sys.executable, "-m", "harness.environment", name],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        cwd=pathlib.Path(__file__).resolve().parent.parent)
+        self.record = None
+
+    def result(self) -> dict:
+        if self.record is None:
+            out, err = self.process.communicate()
+            if self.process.returncode != 0:
+                raise pytest.UsageError(f"cannot read this environment: {err.strip().splitlines()[-1:]}")
+            self.record = json.loads(out)
+        return self.record
+
+
+def _exit_status(worker) -> int | None:
+    """How a dead xdist worker ended (negative: the signal), where execnet can tell."""
+    popen = getattr(getattr(getattr(worker, "gateway", None), "_io", None), "popen", None)
+    if popen is None:
+        return None
+    try:
+        return popen.wait(timeout=10)
+    except Exception:
+        return None
+
+
+class ResultsRecorder:
+    def __init__(self, config):
+        self.config = config
+        self.writer = None
+        self.environment = None
+        self.pending: dict[str, list[dict]] = {}
+        self.durations: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+        self.worker_dir = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session):
+        self.name = session_name(self.config)
+        check_session_pins(self.name)
+        directory = self.config.getoption("results_dir") or records.results_dir(self.config.rootpath / "results")
+        self.path = pathlib.Path(directory) / f"{self.name}.jsonl"
+        try:
+            records.check_writable(self.path.parent)
+        except records.ResultsError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        # The file itself is opened with the first record: a run that records nothing
+        # (a usage error, nothing collected) leaves an earlier file where it was.
+        self.environment = EnvironmentProbe(self.name)
+        self.started = time.time()
+        self.worker_dir = pathlib.Path(tempfile.mkdtemp(prefix=f"harness-{self.name}-"))
+
+    # --- xdist: the controller's view of its workers ---
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node):
+        """Tell each worker where to keep its output log."""
+        node.workerinput["harness_worker_dir"] = str(self.worker_dir)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.collected = ids
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem, report, sched):
+        """A worker died running `crashitem`: the record says how, from what the worker printed.
+        The scheduler does not hand the case to the next worker (see harness.scheduling)."""
+        worker = report.node
+        noted, output = workerlog.crashed_case(self.worker_dir, worker.gateway.id, crashitem)
+        outcome, message = workerlog.crash_summary(output, _exit_status(worker), crashitem.split("::")[0],
+                                                   noted.get("time_limit"))
+        tail = workerlog.shorten(output)
+        if "started" in noted:
+            report.duration = time.time() - noted["started"]
+        report.user_properties.append(("harness", {
+            **(noted.get("identity") or identity_from_nodeid(crashitem)), "phase": "crash", "outcome": outcome,
+            "exc_type": None, "message": message, "upstream": [], "metrics": noted.get("metrics", {}),
+            "output_tail": tail}))
+        report.longrepr = f"{message}\n\n{tail}" if tail else message
+
+    def _unknown_cases(self) -> list[str]:
+        """Node ids asked for on the command line that no worker collected (pytest itself says
+        so only without xdist)."""
+        collected = getattr(self, "collected", None)
+        if collected is None:
+            return []
+        asked = [arg for arg in self.config.args if "::" in arg]
+        return [arg for arg in asked
+                if not any(c == arg or c.startswith((arg + "[", arg + "::")) for c in collected)]
+
+    # --- records ---
+
+    def _write(self, record: dict) -> None:
+        if self.writer is None:
+            try:
+                self.writer = records.ResultsWriter(self.path)
+            except records.ResultsError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            self.writer.write(self.environment.result())
+        self.writer.write(record)
+
+    def pytest_runtest_logreport(self, report):
+        data = _harness_data(report)
+        if data is None:
+            return
+        self.pending.setdefault(report.nodeid, []).append(data)
+        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + report.duration
+        if data["phase"] in ("teardown", "crash"):
+            self._finish(report.nodeid)
+
+    def _finish(self, nodeid: str) -> None:
+        phases = self.pending.pop(nodeid)
+        worst = max(phases, key=lambda d: OUTCOMES[d["outcome"]].severity)
+        metrics = {}
+        for phase in phases:
+            metrics.update(phase.get("metrics") or {})
+        record = {
+            "kind": "case",
+            **{key: worst[key] for key in ("case", "family", "params", "outcome", "exc_type", "message", "upstream")},
+            "metrics": metrics,
+            "duration": round(self.durations.pop(nodeid, 0.0), 4),
+            "nodeid": nodeid,
+            **{key: worst[key] for key in ("attempts", "leaked", "output_tail") if key in worst},
+        }
+        self.counts[record["outcome"]] = self.counts.get(record["outcome"], 0) + 1
+        self._write(record)
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.worker_dir is not None:
+            shutil.rmtree(self.worker_dir, ignore_errors=True)
+        unknown = self._unknown_cases()
+        if unknown:
+            # workers collected only what was asked for: `python -m harness repro ID` names the closest
+            self.config.get_terminal_writer().line(f"ERROR: unknown case {unknown[0]}", red=True)
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        if self.environment is None:
+            return
+        for nodeid in list(self.pending):  # reported but never torn down
+            self._finish(nodeid)
+        if self.writer is None:
+            return
+        self.writer.write({
+            "kind": "end",
+            "exitstatus": int(session.exitstatus),
+            "counts": self.counts,
+            "seconds": round(time.time() - self.started, 2),
+        })
+        self.writer.close()
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.environment is not None:
+            counts = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items()))
+            where = self.writer.path if self.writer else "no results file written"
+            terminalreporter.write_line(f"harness: {counts or 'no cases'} -> {where}")

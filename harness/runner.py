@@ -1,0 +1,275 @@
+"""Where cases run: an xdist worker, or pytest's own process when nothing is distributed.
+
+One protocol loop: every attempt of a case starts from the same clean torch state, runs within the
+case's time limit and the process's memory limit, and a failing case runs again (`--case-reruns`);
+attempts that are retried show as `R` in pytest's output. Start-up (torch, Dynamo and inductor
+imports, the state snapshot, the memory limit) happens once per process, before any case's clock
+starts, so that no case is charged for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import resource
+import sys
+
+import pytest
+from _pytest.runner import runtestprotocol
+
+from harness import outcomes
+from harness.caseid import case_identity
+from harness.workerlog import WorkerLog
+
+RERUN_ON = {"fail", "error"}
+CASE_RUN = pytest.StashKey["CaseRun"]()
+
+
+# --- what a case may use --------------------------------------------------------------------
+
+@pytest.fixture
+def case(request):
+    """The running case: `case.check(fn, *inputs)` compares eager and compiled runs."""
+    from harness.casekit import CaseRun
+
+    run = CaseRun(case_identity(request.node)["params"])
+    request.node.stash[CASE_RUN] = run
+    return run
+
+
+# --- limits -----------------------------------------------------------------------------------
+
+def time_limit(item) -> float | None:
+    """The case's limit as pytest-timeout applies it: its `timeout` marker, else `--timeout`
+    (or the ini value). None or 0: no limit."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        value = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+    else:
+        value = item.config.getoption("timeout", None)
+        if value is None:
+            try:
+                value = item.config.getini("timeout")
+            except ValueError:  # pytest-timeout not loaded
+                value = None
+    try:
+        return float(value) or None
+    except (TypeError, ValueError):
+        return None
+
+
+def backstop_after(limit: float) -> float:
+    """When the process is ended if the case is still running: pytest-timeout's own thread
+    needs the GIL, so a hang that holds it (a native call) is ended by faulthandler's
+    C-level watchdog instead, a little later."""
+    return limit + 10 + 0.1 * limit
+
+
+def memory_limit_bytes(spec: str, workers: int) -> int | None:
+    """`--memory-limit`: `N%` of this machine's memory shared by the workers, or a size
+    (`8G`, `512M`) per process; `0` for none."""
+    spec = str(spec).strip().upper()
+    if spec in ("", "0", "NONE"):
+        return None
+    if spec.endswith("%"):
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return int(total * float(spec[:-1]) / 100 / max(workers, 1))
+    units = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+    if spec[-1] in units:
+        return int(float(spec[:-1]) * units[spec[-1]])
+    return int(spec)
+
+
+def warm_up() -> None:
+    """What the first compile of a process pays once (Dynamo's and inductor's imports, the C++
+    toolchain, Triton where there is a GPU): paid here, before any case's clock starts. A failure
+    here is left for the cases to meet and record."""
+    import torch
+
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    try:
+        import torch._dynamo
+        import torch._inductor.compile_fx  # noqa: F401
+
+        for device in devices:
+            torch.compile(lambda x: torch.sin(x) + 1, backend="inductor")(torch.ones(8, device=device))
+    except Exception:
+        pass
+    finally:
+        torch._dynamo.reset()
+
+
+def rerun_count(item, default: int) -> int:
+    """How often a failing case runs again: pytest-rerunfailures' `flaky(reruns=N)` marker where
+    a case has one, else the session's setting."""
+    marker = item.get_closest_marker("flaky")
+    if marker is None:
+        return default
+    return int(marker.kwargs.get("reruns", marker.args[0] if marker.args else 1))
+
+
+# --- between attempts -----------------------------------------------------------------------------
+
+def _harness_data(report) -> dict | None:
+    return next((v for k, v in reversed(report.user_properties) if k == "harness"), None)
+
+
+def _outcome_of(reports) -> dict:
+    """The most severe phase of one attempt, as the record will show it."""
+    return max((d for d in map(_harness_data, reports) if d is not None),
+               key=lambda d: outcomes.OUTCOMES[d["outcome"]].severity)
+
+
+def reset_fixtures(item) -> None:
+    """Let the next attempt set the case up from scratch: drop the failed attempt's fixture
+    results and setup state (what pytest-rerunfailures does), then a fresh fixture request."""
+    for definitions in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
+        for definition in definitions:
+            cached = getattr(definition, "cached_result", None)
+            if cached is not None and cached[2] is not None:  # the fixture raised
+                definition.cached_result = None
+                getattr(definition, "_finalizers", []).clear()
+    stack = item.session._setupstate.stack
+    if item in stack:
+        del stack[item]
+    item._initrequest()
+
+
+def log_as_rerun(item, reports) -> None:
+    """Show an attempt that will be retried: its failed phases as `rerun` (pytest prints `R`),
+    without harness data, so that only the final attempt makes a record."""
+    for report in reports:
+        if report.failed:
+            report.outcome = "rerun"
+            report.user_properties = [(k, v) for k, v in report.user_properties if k != "harness"]
+            item.ihook.pytest_runtest_logreport(report=report)
+
+
+# --- classification ---------------------------------------------------------------------------
+
+def classify(item, call, report) -> dict:
+    """The outcome of one phase of a case, set on pytest's report too (a known bug or a
+    documented limitation shows as xfailed, a fixed bug as xpassed)."""
+    expected = outcomes.expected_failures(item)
+    bugs = [e.ref for e in expected if e.kind == "known"]
+    data = {"phase": report.when, "upstream": [e.ref for e in expected], "exc_type": None, "message": None}
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        data.update(outcome="skip", message=reason.removeprefix("Skipped: "))
+        return data
+    if report.passed:
+        data["outcome"] = "fixed" if (report.when == "call" and bugs) else "pass"
+        if data["outcome"] == "fixed":
+            report.wasxfail = f"fixed upstream? {', '.join(bugs)} no longer reproduces"
+        return data
+    exc = call.excinfo.value if call.excinfo else None
+    if exc is None:
+        data["outcome"] = "error"
+        return data
+    data.update(exc_type=outcomes.qualname(type(exc)), message=outcomes.first_line(exc))
+    if outcomes.is_instance_named(exc, "Failed") and data["message"].startswith("Timeout"):
+        data["outcome"] = "timeout"  # pytest-timeout's signal method interrupted the case
+        return data
+    if outcomes.out_of_memory(exc):
+        data.update(outcome="crash", message=f"out of memory: {data['message']}")
+        return data
+    if report.when != "call" or outcomes.is_instance_named(exc, "harness.casekit.HarnessError"):
+        data["outcome"] = "error"
+        return data
+    outcome, ref = outcomes.classify_exception(exc, expected)
+    data["outcome"] = outcome
+    if ref:
+        data["upstream"] = [ref] + [u for u in data["upstream"] if u != ref]
+        report.outcome = "skipped"  # pytest shows it as xfailed
+        report.wasxfail = f"{ref}: {data['message']}"
+    return data
+
+
+# --- the runner -----------------------------------------------------------------------------------
+
+class CaseRunner:
+    def __init__(self, config, workerinput: dict | None):
+        self.config = config
+        self.reruns = max(config.getoption("case_reruns"), 0)
+        workers = 1
+        directory = None
+        if workerinput:
+            workers = int(workerinput.get("workercount", 1))
+            directory = workerinput.get("harness_worker_dir")
+        self.log = WorkerLog(directory, workerinput["workerid"]) if directory else None
+        self.memory = memory_limit_bytes(config.getoption("memory_limit"), workers)
+        self.previous_memory_limit = None
+        self.state = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session):
+        if self.log is not None:
+            self.log.capture()
+        if self.memory is not None:
+            soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+            self.previous_memory_limit = (soft, hard)
+            limit = self.memory if hard == resource.RLIM_INFINITY else min(self.memory, hard)
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+        warm_up()
+        from harness.torchstate import TorchState
+
+        self.state = TorchState()
+
+    def pytest_sessionfinish(self, session):
+        if self.previous_memory_limit is not None:  # pytester runs cases inside the test process
+            resource.setrlimit(resource.RLIMIT_DATA, self.previous_memory_limit)
+
+    @contextlib.contextmanager
+    def time_backstop(self, item):
+        limit = time_limit(item)
+        if limit:
+            out = self.log.file if self.log is not None else sys.__stderr__
+            faulthandler.dump_traceback_later(backstop_after(limit), exit=True, file=out)
+        try:
+            yield
+        finally:
+            if limit:
+                faulthandler.cancel_dump_traceback_later()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        if self.log is not None:
+            self.log.case_started(case_identity(item), time_limit(item))
+        reruns = rerun_count(item, self.reruns)
+        attempts, leaked = [], []
+        while True:
+            self.state.fresh()
+            with self.time_backstop(item):
+                reports = runtestprotocol(item, nextitem=nextitem, log=False)
+            leaked += [thing for thing in self.state.restore() if thing not in leaked]
+            final = _outcome_of(reports)
+            attempts.append({k: final[k] for k in ("outcome", "exc_type", "message")})
+            if final["outcome"] not in RERUN_ON or len(attempts) > reruns:
+                break
+            log_as_rerun(item, reports)
+            reset_fixtures(item)
+        for report in reports:
+            data = _harness_data(report)
+            if data is not None and len(attempts) > 1:
+                data["attempts"] = attempts
+                if len({a["outcome"] for a in attempts}) > 1:
+                    data["outcome"] = "flaky"
+            if data is not None and leaked:
+                data["leaked"] = leaked
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        result = yield
+        report = result.get_result()
+        data = classify(item, call, report)
+        data.update(case_identity(item))
+        run = item.stash.get(CASE_RUN, None)
+        data["metrics"] = dict(run.metrics) if run is not None else {}
+        report.user_properties.append(("harness", data))
+        if self.log is not None and data["metrics"]:
+            self.log.phase_done(data["metrics"])

@@ -1,0 +1,136 @@
+"""What a matrix session does, in one place for the noxfile, repro, bisect, the benchmarks and the
+harness's tests: where its venv is, what it installs, the compile-cache environment it runs with,
+and the pytest command that runs its cases."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+from harness import matrix
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CASES = "cases/"
+# What every case session needs besides its pins; unpinned, they follow the session's Python.
+HARNESS_REQUIREMENTS = ["pytest", "pytest-timeout", "pytest-xdist", "packaging", "pip"]  # pip: collect_env runs `pip list`
+STAMP = "harness-pins.json"
+
+
+class SessionError(Exception):
+    """A session's environment cannot be found or built."""
+
+
+# --- the venv ---------------------------------------------------------------------------------------
+
+def default_envdir() -> pathlib.Path:
+    return ROOT / ".nox"
+
+
+def venv_dir(session: str, envdir: os.PathLike | None = None) -> pathlib.Path:
+    return pathlib.Path(envdir or default_envdir()) / session
+
+
+def venv_python(session: str, envdir: os.PathLike | None = None) -> pathlib.Path:
+    return venv_dir(session, envdir) / "bin" / "python"
+
+
+def pins_stamp(spec: matrix.Session) -> str:
+    """What a session's venv was built from; a venv whose stamp matches is reused as it is."""
+    return json.dumps({"requirements": spec.requirements, "index": spec.index_url, "python": spec.python,
+                       "harness": HARNESS_REQUIREMENTS}, sort_keys=True)
+
+
+def compile_cache_env(venv: os.PathLike) -> dict:
+    """Inductor's and Triton's caches live in the session's venv: a re-run reuses compiled
+    kernels, and a rebuilt venv (changed pins) starts without stale ones."""
+    root = pathlib.Path(venv)
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor-cache"),
+        "TRITON_CACHE_DIR": str(root / "triton-cache"),
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",  # off by default before torch 2.4
+    }
+
+
+def nox_command() -> list[str]:
+    if importlib.util.find_spec("nox") is not None:
+        return [sys.executable, "-m", "nox"]
+    found = shutil.which("nox")
+    if found:
+        return [found]
+    raise SessionError("nox is not installed here: `python -m pip install nox uv`")
+
+
+def ensure_venv(session: str, envdir: os.PathLike | None = None, build: bool = True) -> pathlib.Path | None:
+    """The python of `session`'s venv, built with `nox -s SESSION --install-only` when missing
+    (None instead when `build` is false)."""
+    spec = matrix.find(session)
+    python = venv_python(spec.name, envdir)
+    if python.exists():
+        return python
+    if not build:
+        return None
+    command = nox_command() + ["-f", str(ROOT / "noxfile.py"), "-s", spec.name, "--install-only",
+                               "--envdir", str(pathlib.Path(envdir or default_envdir()))]
+    print(f"building the environment of {spec.name}: {' '.join(command)}", file=sys.stderr, flush=True)
+    done = subprocess.run(command, cwd=ROOT, stdout=sys.stderr, stderr=sys.stderr)
+    if done.returncode != 0 or not python.exists():
+        raise SessionError(f"`nox -s {spec.name} --install-only` failed (exit {done.returncode})")
+    return python
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+# pytest options whose value is the next argument: that value is not a path to run.
+_TAKES_VALUE = {"-k", "-m", "-p", "-c", "-o", "-n", "-W", "--maxfail", "--timeout", "--timeout-method",
+                "--results-dir", "--session-name", "--case-reruns", "--memory-limit", "--deselect", "--ignore",
+                "--ignore-glob", "--rootdir", "--basetemp", "--durations", "--junitxml", "--junit-xml",
+                "--dist", "--max-worker-restart", "--capture", "--tb", "-r", "--log-level", "--confcutdir"}
+
+
+def targets_in(args) -> list[str]:
+    """The files, directories and node ids among pytest arguments."""
+    found, skip_next = [], False
+    for arg in args:
+        if skip_next:
+            skip_next = False
+            continue
+        if arg.startswith("-"):
+            skip_next = arg in _TAKES_VALUE
+            continue
+        path = arg.split("::", 1)[0]
+        if (ROOT / path).exists() or pathlib.Path(path).exists():
+            found.append(arg)
+    return found
+
+
+def case_options(spec: matrix.Session) -> list[str]:
+    """How a session runs its cases: in an xdist worker, so that a crash or a hang costs one
+    case and not the session (a dead worker is replaced, and xdist's `load` scheduling does
+    not hand the case it died on to the next one; its file-grouping modes do, see
+    pytest-dev/pytest-xdist#1371), within the row's time limit (pytest-timeout's thread
+    method also ends hangs in native code)."""
+    return [
+        "-p", "harness.plugin",  # cases/conftest.py loads it too: the command does not depend on that
+        "-p", "xdist", "-n", os.environ.get("HARNESS_WORKERS", "1"), "--dist=load",
+        "--max-worker-restart=100000",  # each crash costs one case: bounded by the cases
+        "--capture=tee-sys",  # sys-level capture only: a dying worker's output reaches its log
+        f"--timeout={spec.case_timeout}", "--timeout-method=thread",
+        "-rfEX",
+    ]
+
+
+def pytest_args(spec: matrix.Session, args=()) -> list[str]:
+    """`python` arguments of the session's pytest run: every case file, unless `args` name
+    files or node ids, which then narrow the run to them."""
+    args = list(args)
+    return ["-m", "pytest", *([] if targets_in(args) else [CASES]), *case_options(spec), *args]
+
+
+def run_env(spec: matrix.Session, venv: os.PathLike) -> dict:
+    """Environment variables of the session's pytest run."""
+    return {"HARNESS_SESSION": spec.name, **compile_cache_env(venv)}

@@ -1,0 +1,130 @@
+"""What a worker printed, for the record of a case whose process died.
+
+A worker sends its fd 1 and 2, and faulthandler's reports, to `<dir>/<worker>.log`, and notes each
+case it starts there and in `<dir>/<worker>.current`. When xdist reports the worker dead, the
+controller reads what the dead case printed and picks its most telling line.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import pathlib
+import re
+import signal
+import time
+
+START_MARK = "=== harness: start "
+
+
+class WorkerLog:
+    def __init__(self, directory: pathlib.Path, worker: str):
+        self.path = pathlib.Path(directory) / f"{worker}.log"
+        self.current = pathlib.Path(directory) / f"{worker}.current"
+        self.file = None
+        self.noted = {}
+
+    def capture(self) -> None:
+        """Point fd 1 and 2 and faulthandler at the log. pytest captures at sys level only
+        (--capture=tee-sys), so everything a case prints, C code included, lands there.
+        faulthandler must be pointed again: pytest's own plugin enabled it on a copy of the
+        original stderr before this plugin was loaded."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        self.file = open(self.path, "a", buffering=1, encoding="utf-8", errors="replace")
+        faulthandler.enable(file=self.file, all_threads=True)
+
+    def case_started(self, identity: dict, time_limit: float | None) -> None:
+        os.write(2, f"\n{START_MARK}{identity['nodeid']}\n".encode())
+        self.noted = {"identity": identity, "started": time.time(), "time_limit": time_limit, "metrics": {}}
+        self.current.write_text(json.dumps(self.noted, default=str))
+
+    def phase_done(self, metrics: dict) -> None:
+        """Keep what the case measured so far: its record keeps it if a later phase dies."""
+        self.noted["metrics"].update(metrics)
+        self.current.write_text(json.dumps(self.noted, default=str))
+
+
+def crashed_case(directory: pathlib.Path, worker: str, nodeid: str) -> tuple[dict, str]:
+    """What the dead worker noted of the case it was running (`identity`, `started`,
+    `time_limit`; empty if it never got to it) and what the case printed."""
+    log = WorkerLog(directory, worker)
+    noted = {}
+    if log.current.exists():
+        found = json.loads(log.current.read_text())
+        noted = found if found["identity"].get("nodeid") == nodeid else {}
+    try:
+        text = log.path.read_text(errors="replace")
+    except OSError:
+        return noted, ""
+    start = text.rfind(f"{START_MARK}{nodeid}\n")
+    if start >= 0:
+        text = text[start:].split("\n", 1)[1] if "\n" in text[start:] else ""
+    return noted, text
+
+
+def shorten(output: str, head: int = 1500, tail: int = 2500) -> str:
+    """What a record keeps of a dead worker's output: its start (what the case printed) and
+    its end (how it died), without the interpreter's list of extension modules."""
+    lines = [line for line in output.splitlines() if not line.startswith("Extension modules:")]
+    text = "\n".join(lines)
+    return text if len(text) <= head + tail else f"{text[:head]}\n[...]\n{text[-tail:]}"
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
+
+
+def _innermost_case_frame(lines: list[str], case_file: str | None) -> str | None:
+    """`file:line in function` of the innermost frame in the case's own file, from a stack dump
+    (pytest-timeout prints most recent call last, faulthandler most recent first)."""
+    if not case_file:
+        return None
+    frames = [m for m in map(_FRAME.search, lines) if m and m["file"].endswith(case_file)]
+    if not frames:
+        return None
+    newest_first = any(line.endswith("(most recent call first):") for line in lines)
+    frame = frames[0] if newest_first else frames[-1]
+    return f"{pathlib.PurePath(frame['file']).name}:{frame['line']} in {frame['func']}"
+
+
+def _signal_name(status: int | None) -> str | None:
+    if status is None or status >= 0:
+        return None
+    try:
+        return signal.Signals(-status).name
+    except ValueError:
+        return f"signal {-status}"
+
+
+def crash_summary(output: str, exit_status: int | None = None, case_file: str | None = None,
+                  time_limit: float | None = None) -> tuple[str, str]:
+    """(outcome, message) for a case whose worker died, from what it printed and how it ended:
+    a time-limit report means `timeout`, anything else `crash`."""
+    lines = [line.rstrip() for line in output.splitlines()
+             if line.strip() and not line.startswith("Extension modules:")]
+    where = _innermost_case_frame(lines, case_file)
+    at = f" at {where}" if where else ""
+    limit = f" of {time_limit:g} s" if time_limit else ""
+    for line in lines:
+        banner = re.search(r"\+{3,} (Timeout.*?) \+{3,}", line)
+        if banner:  # pytest-timeout
+            return "timeout", f"ran past its time limit{limit}{at} (pytest-timeout)"
+        backstop = re.search(r"Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!", line)
+        if backstop:  # the runner's faulthandler watchdog: pytest-timeout could not act
+            return "timeout", (f"ran past its time limit{limit}{at} holding the GIL; "
+                               f"ended by faulthandler ({backstop[0]})")
+    fatal = next((line[line.index("Fatal Python error:"):] for line in lines if "Fatal Python error:" in line), None)
+    cause = next((line.strip() for line in lines if line.strip().startswith(("what():", "terminate called"))), None)
+    if fatal:
+        return "crash", fatal + (f" ({cause})" if cause else "") + at
+    killed = _signal_name(exit_status)
+    if killed:
+        last = f"; last output: {lines[-1]}" if lines else ""
+        return "crash", f"killed by {killed}{last}"
+    if lines:
+        status = f" with status {exit_status}" if exit_status else ""
+        return "crash", f"worker exited{status}; last output: {lines[-1]}"
+    return "crash", "worker died without output" + (f" (exit status {exit_status})" if exit_status else "")
