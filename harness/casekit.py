@@ -1,4 +1,4 @@
-"""What cases use: run code eagerly and compiled, compare, and record compile metrics.
+"""What cases use: run code eagerly and under torch.compile, compare, and see what a feature did.
 
 A case asks for the `case` fixture (a `CaseRun`) and calls `case.check(...)`:
 
@@ -6,10 +6,15 @@ A case asks for the `case` fixture (a `CaseRun`) and calls `case.check(...)`:
         model = Block().to(device)
         case.check(model, torch.randn(4, 8, device=device, requires_grad=True))
 
-`check` runs the model eagerly and under `torch.compile` (the case's backend and
-fullgraph), compares outputs, output dtypes and gradients of inputs and parameters with
-`torch.testing.assert_close`, and records graph count, graph breaks, recompiles,
-frames, max abs difference and compile/run seconds in the case's record.
+`Case.check` runs the code eagerly and under `torch.compile` (the case's backend and fullgraph),
+twice, and compares outputs, output dtypes and gradients of inputs and parameters with
+`torch.testing.assert_close`. Agreement is not enough: a case also checks its feature's own effect,
+with `OpLog` (which ops ran, in which dtype, during forward and backward) or its own figures, and
+keeps the figures that show it with `case.record(...)`.
+
+`Case` and the functions it calls are small and self-contained on purpose: a reproduction script
+(`python -m harness repro`) carries them as they are. `CaseRun` adds what the harness's record
+shows: compile and run seconds, frames, recompiles, the largest difference from eager.
 """
 
 from __future__ import annotations
@@ -19,13 +24,12 @@ import copy
 import importlib
 import logging
 import time
-from typing import Any, Callable
+from typing import Any
 
-import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-# Tolerances of compiled against eager: kernels may reorder reductions, so looser than
-# assert_close's defaults for float32.
+# Compiled against eager: kernels may reorder reductions, so looser than assert_close's float32.
 TOLERANCES = {
     torch.float32: dict(rtol=1e-4, atol=1e-5),
     torch.float64: dict(rtol=1e-7, atol=1e-7),
@@ -39,8 +43,10 @@ class HarnessError(Exception):
 
 
 def need(dotted: str):
-    """Return the object at `dotted` ("torch.compiler.nested_compile_region"), or skip the
-    case naming what this torch or Lightning lacks."""
+    """The object at `dotted` ("torch.compiler.nested_compile_region"), or a skip that names what
+    this torch or Lightning lacks."""
+    import pytest
+
     module_name, _, rest = dotted.partition(".")
     try:
         obj = importlib.import_module(module_name)
@@ -59,52 +65,121 @@ def need(dotted: str):
     return obj
 
 
-def _flatten(out) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (list, tuple)):
-        return [t for item in out for t in _flatten(item)]
-    if isinstance(out, dict):
-        return [t for key in sorted(out) for t in _flatten(out[key])]
-    return []
+# --- the comparison (carried as it is by reproduction scripts) --------------------------------------
 
-
-def _clone(value):
+def tensors(value) -> list:
+    """The tensors in an output: a tensor, or nested lists, tuples and dicts of them."""
     if isinstance(value, torch.Tensor):
-        clone = value.detach().clone()
-        clone.requires_grad_(value.requires_grad)
-        return clone
-    if isinstance(value, (list, tuple)):
-        return type(value)(_clone(v) for v in value)
-    return value
+        return [value]
+    if isinstance(value, dict):
+        value = [value[key] for key in sorted(value)]
+    return [t for item in value for t in tensors(item)] if isinstance(value, (list, tuple)) else []
 
 
-def _run_with_grads(fn, inputs):
-    """Forward, then backward of the sum of every output; returns outputs and gradients."""
-    out = fn(*inputs)
-    outs = _flatten(out)
-    differentiable = [o for o in outs if o.requires_grad]
-    if differentiable:
-        torch.stack([o.float().sum() for o in differentiable]).sum().backward()
-    grads = [t.grad for t in _flatten(inputs) if t.requires_grad]
+def fresh(value):
+    """A copy of the inputs, with new leaf tensors (their own .grad)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    return type(value)(fresh(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def run_with_grads(fn, inputs, modules=()):
+    """`fn` on copies of `inputs`, then backward of the sum of its outputs: (outputs, gradients of
+    the inputs and of fn's parameters). `modules` start without gradients."""
+    for module in modules:
+        module.zero_grad(set_to_none=True)
+    inputs = fresh(inputs)
+    outputs = tensors(fn(*inputs))
+    losses = [o.float().sum() for o in outputs if o.requires_grad]
+    if losses:
+        torch.stack(losses).sum().backward()
+    grads = [t.grad for t in tensors(inputs) if t.requires_grad]
     if isinstance(fn, torch.nn.Module):
         grads += [p.grad for _, p in sorted(fn.named_parameters()) if p.requires_grad]
-    return outs, grads
+    return outputs, grads
 
+
+class Case:
+    """Runs code eagerly and under torch.compile, and compares outputs, dtypes and gradients."""
+
+    def __init__(self, backend="inductor", fullgraph=False):
+        self.backend, self.fullgraph, self.metrics = backend, fullgraph, {}
+
+    def compile(self, fn, **options):
+        """torch.compile with the case's backend and fullgraph, unless `options` say otherwise."""
+        return torch.compile(fn, **{"backend": self.backend, "fullgraph": self.fullgraph, **options})
+
+    def record(self, **figures):
+        self.metrics.update(figures)
+
+    def check(self, fn, *inputs, compiled=None, expected_dtype=None, tolerances=None, runs=2):
+        """`fn` eagerly, then `compiled` (default: the case's compile of a copy of fn) `runs` times,
+        each compared with eager. Returns the compiled run's outputs."""
+        from torch._dynamo.utils import counters
+
+        test_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
+        compiled = compiled if compiled is not None else self.compile(test_fn)
+        modules = [m for m in (fn, test_fn, compiled) if isinstance(m, torch.nn.Module)]
+        expected = run_with_grads(fn, inputs, modules)
+        torch._dynamo.reset()
+        counters.clear()
+        for attempt in range(runs):
+            actual = self.compiled_run(compiled, inputs, modules, attempt)
+            self.metrics.update(graphs=counters["stats"]["unique_graphs"],
+                                graph_breaks=sum(counters["graph_break"].values()))
+            self.compare(expected, actual, expected_dtype, tolerances)
+        return actual[0]
+
+    def compiled_run(self, compiled, inputs, modules, attempt):
+        return run_with_grads(compiled, inputs, modules)
+
+    def compare(self, expected, actual, expected_dtype=None, tolerances=None):
+        (outputs, grads), (got, got_grads) = expected, actual
+        assert len(got) == len(outputs), f"compiled returned {len(got)} tensors, eager {len(outputs)}"
+        for i, (e, a) in enumerate(zip(outputs, got)):
+            assert a.dtype == e.dtype, f"output {i}: compiled dtype {a.dtype}, eager {e.dtype}"
+            assert expected_dtype in (None, a.dtype), f"output {i}: dtype {a.dtype}, expected {expected_dtype}"
+            torch.testing.assert_close(a, e, **(tolerances or TOLERANCES.get(e.dtype, {})),
+                                       msg=lambda m, i=i: f"output {i}: {m}")
+        assert len(got_grads) == len(grads), f"compiled gave {len(got_grads)} gradients, eager {len(grads)}"
+        for i, (e, a) in enumerate(zip(grads, got_grads)):
+            assert (e is None) == (a is None), f"gradient {i}: eager {e is not None}, compiled {a is not None}"
+            if e is not None:
+                torch.testing.assert_close(a, e, **(tolerances or TOLERANCES.get(e.dtype, {})),
+                                           msg=lambda m, i=i: f"gradient {i}: {m}")
+
+
+class OpLog(TorchDispatchMode):
+    """While active, notes each aten op that runs (`mm`, `addmm`, ...) with its output dtype, in
+    eager code and in compiled code alike (inductor's fused kernels excepted: its matmuls still
+    call aten). Enter it around a backward to see what was recomputed."""
+
+    def __init__(self, names=("mm", "addmm", "bmm")):
+        super().__init__()
+        self.names, self.ops = set(names), []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name in self.names:
+            self.ops.append(f"{name}:{str(getattr(out, 'dtype', '')).replace('torch.', '')}")
+        return out
+
+
+# --- the harness's case ---------------------------------------------------------------------------
 
 def dynamo_counters() -> dict:
     """Compile metrics since the last `torch._dynamo.reset()`, from Dynamo's own counters."""
     from torch._dynamo.utils import counters
 
     breaks = dict(counters.get("graph_break", {}))
-    metrics = {
+    return {
         "graphs": counters["stats"].get("unique_graphs", 0),
         "frames": counters["frames"].get("total", 0),
         "frames_ok": counters["frames"].get("ok", 0),
         "graph_breaks": sum(breaks.values()),
         "first_graph_break": next(iter(breaks), None),
     }
-    return metrics
 
 
 class RecompileCounter(logging.Handler):
@@ -139,8 +214,7 @@ class RecompileCounter(logging.Handler):
         for logger in self._loggers:
             logger.removeHandler(self)
         if self._loggers:
-            # back to what TORCH_LOGS says
-            torch._logging.set_logs()
+            torch._logging.set_logs()  # back to what TORCH_LOGS says
             torch._logging._internal._init_logs()
 
     @property
@@ -148,39 +222,20 @@ class RecompileCounter(logging.Handler):
         return self.count if self._loggers else None
 
 
-def max_abs_diff(expected: list[torch.Tensor], actual: list[torch.Tensor]) -> float | None:
-    diffs = [
-        (e.detach().double() - a.detach().double()).abs().max().item()
-        for e, a in zip(expected, actual)
-        if e is not None and a is not None and e.shape == a.shape and e.numel()
-    ]
+def max_abs_diff(expected: list, actual: list) -> float | None:
+    diffs = [(e.detach().double() - a.detach().double()).abs().max().item()
+             for e, a in zip(expected, actual)
+             if e is not None and a is not None and e.shape == a.shape and e.numel()]
     return max(diffs) if diffs else None
 
 
-class CaseRun:
-    """One case's run: its parameters and the metrics its record will carry."""
+class CaseRun(Case):
+    """The running case of the harness: `Case` plus what its record shows."""
 
     def __init__(self, params: dict):
+        super().__init__(params.get("backend", "inductor"), bool(params.get("fullgraph", False)))
         self.params = params
         self.metrics: dict[str, Any] = {}
-
-    @property
-    def backend(self) -> str:
-        return self.params.get("backend", "inductor")
-
-    @property
-    def fullgraph(self) -> bool:
-        return bool(self.params.get("fullgraph", False))
-
-    def compile(self, fn, **kwargs):
-        """`torch.compile(fn)` with the case's backend and fullgraph unless given."""
-        kwargs.setdefault("backend", self.backend)
-        kwargs.setdefault("fullgraph", self.fullgraph)
-        return torch.compile(fn, **kwargs)
-
-    def record(self, **metrics) -> None:
-        """Add case-specific metrics (e.g. which backend compiled a nested function)."""
-        self.metrics.update(metrics)
 
     @contextlib.contextmanager
     def watch_compiles(self):
@@ -196,71 +251,20 @@ class CaseRun:
                     if counter.reasons:
                         self.metrics.setdefault("recompile_reasons", counter.reasons)
 
-    def check(
-        self,
-        fn: Callable,
-        *inputs,
-        compiled: Callable | None = None,
-        expected_dtype: torch.dtype | None = None,
-        tolerances: dict | None = None,
-        runs: int = 2,
-    ):
-        """Run `fn` eagerly and compiled on copies of `inputs` (and of `fn` if it is a module),
-        then compare outputs, output dtypes and gradients. `compiled` replaces
-        `self.compile(copy of fn)` where the case compiles in its own way (nested compiles).
-        Returns the compiled run's outputs."""
-        import torch._dynamo
-
-        eager_fn = fn
-        test_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
-        eager_inputs, test_inputs = _clone(inputs), _clone(inputs)
-        compiled_fn = compiled if compiled is not None else self.compile(test_fn)
-        modules = {id(m): m for m in (eager_fn, test_fn, compiled_fn) if isinstance(m, torch.nn.Module)}
-
-        def fresh_grads():  # each run's gradients are its own, not added to earlier ones
-            for module in modules.values():
-                module.zero_grad(set_to_none=True)
-
-        fresh_grads()
-        expected, expected_grads = _run_with_grads(eager_fn, eager_inputs)
-
-        torch._dynamo.reset()
-        from torch._dynamo.utils import counters
-
-        counters.clear()
-        fresh_grads()
+    def compiled_run(self, compiled, inputs, modules, attempt):
+        # The first run compiles; a recompile in a later one is a finding the record keeps.
         with self.watch_compiles():
             start = time.perf_counter()
             try:
-                actual, actual_grads = _run_with_grads(compiled_fn, test_inputs)
+                return super().compiled_run(compiled, inputs, modules, attempt)
             finally:
-                self.metrics["compile_s"] = round(time.perf_counter() - start, 4)
-        # Later runs should hit the compiled code; their time is the run time, and a
-        # recompile here is a finding the record keeps.
-        run_times = []
-        with self.watch_compiles():
-            for _ in range(max(runs - 1, 0)):
-                again = _clone(inputs)
-                fresh_grads()
-                start = time.perf_counter()
-                _run_with_grads(compiled_fn, again)
-                run_times.append(time.perf_counter() - start)
-        if run_times:
-            self.metrics["run_s"] = round(min(run_times), 4)
+                seconds = round(time.perf_counter() - start, 4)
+                if attempt == 0:
+                    self.metrics["compile_s"] = seconds
+                else:
+                    self.metrics["run_s"] = min(seconds, self.metrics.get("run_s", seconds))
 
-        self.metrics["max_abs_diff"] = max_abs_diff(expected + expected_grads, actual + actual_grads)
-        assert len(actual) == len(expected), f"compiled returned {len(actual)} tensors, eager {len(expected)}"
-        for index, (e, a) in enumerate(zip(expected, actual)):
-            assert a.dtype == e.dtype, f"output {index}: compiled dtype {a.dtype}, eager {e.dtype}"
-            if expected_dtype is not None:
-                assert a.dtype == expected_dtype, f"output {index}: dtype {a.dtype}, expected {expected_dtype}"
-            torch.testing.assert_close(a, e, **(tolerances or TOLERANCES.get(e.dtype, {})),
-                                       msg=lambda m, i=index: f"output {i}: {m}")
-        assert len(actual_grads) == len(expected_grads)
-        for index, (e, a) in enumerate(zip(expected_grads, actual_grads)):
-            if e is None or a is None:
-                assert e is None and a is None, f"gradient {index}: eager {e is not None}, compiled {a is not None}"
-                continue
-            torch.testing.assert_close(a, e, **(tolerances or TOLERANCES.get(e.dtype, {})),
-                                       msg=lambda m, i=index: f"gradient {i}: {m}")
-        return actual
+    def compare(self, expected, actual, expected_dtype=None, tolerances=None):
+        diff = max_abs_diff(expected[0] + expected[1], actual[0] + actual[1])
+        self.metrics["max_abs_diff"] = max(diff, self.metrics.get("max_abs_diff") or 0) if diff is not None else None
+        super().compare(expected, actual, expected_dtype, tolerances)

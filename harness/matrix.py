@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import re
 
 try:
     import tomllib
@@ -32,15 +33,17 @@ class Session:
     tags: tuple[str, ...]
     nightly: bool = False
     case_timeout: int = 600
+    label: str | None = None  # a second environment of the same torch row (another Python, extra packages)
 
     @property
     def description(self) -> str:
         torch = f"torch {self.torch}" if self.torch else "torch nightly"
         where = "CPU" if self.device == "cpu" else f"CUDA {self.cuda_major} GPU"
         wheel = f"{self.index} index" if self.index else "registry default wheel"
+        extra = "".join(f", {pin}" for pin in self.extra if self.label)
         return (
             f"Run the cases on {where} with {torch}, Lightning {self.lightning}, "
-            f"Python {self.python} ({wheel})."
+            f"Python {self.python}{extra} ({wheel})."
         )
 
     @property
@@ -98,27 +101,32 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
         return indexes[name]
 
     sessions: list[Session] = []
+    plain_rows = [row for row in rows if "label" not in row]  # the oldest and latest are among these
     for position, row in enumerate(rows):
         torch = str(_require(row, "torch", f"row {position + 1}"))
-        where = f"torch {torch}"
+        label = row.get("label")
+        if label is not None and not re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*", str(label)):
+            raise MatrixError(f"torch {torch}: label {label!r} must be lower-case words joined by '_'")
+        where = f"torch {torch}" + (f" ({label})" if label else "")
         common = dict(
             torch=torch,
             lightning=str(_require(row, "lightning", where)),
             python=str(_require(row, "python", where)),
             extra=tuple(row.get("extra", ())),
             case_timeout=int(row.get("case_timeout", defaults.get("case_timeout", 600))),
+            label=label,
         )
-        age = ("oldest",) if position == 0 else ("latest",) if position == len(rows) - 1 else ()
-        short = short_version(torch)
+        age = ("oldest",) if row is plain_rows[0] else ("latest",) if row is plain_rows[-1] else ()
+        suffix = short_version(torch) + (f"_{label}" if label else "")
         sessions.append(
-            Session(name=f"cpu_torch{short}", device="cpu", cuda_major=None, index=None,
+            Session(name=f"cpu_torch{suffix}", device="cpu", cuda_major=None, index=None,
                     index_url=None, tags=("cpu", *age), **common)
         )
         for flavour in row.get("cuda", ()):
             major = cuda_major_of(flavour, row.get("pypi_cuda"))
             index = None if flavour == PYPI else flavour
             sessions.append(
-                Session(name=f"cuda{major}_torch{short}", device="cuda", cuda_major=major,
+                Session(name=f"cuda{major}_torch{suffix}", device="cuda", cuda_major=major,
                         index=index, index_url=index_url(index, where),
                         tags=("cuda", *age), **common)
             )

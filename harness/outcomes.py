@@ -83,6 +83,14 @@ class Expected:
     ref: str  # 'owner/repo#123' or a documentation URL
     raises: tuple[str, ...]
     match: str | None = None
+    since: str | None = None  # the first torch release upstream reports it in
+
+    def reported_for(self, torch_version: str) -> bool:
+        """Whether this torch is one upstream reports the failure for: before `since`, a pass
+        is a plain pass, not a sign of a fix."""
+        from packaging.version import Version
+
+        return self.since is None or Version(Version(torch_version).base_version) >= Version(self.since)
 
     def matches(self, exc: BaseException) -> bool:
         return any(any(is_instance_named(candidate, name) for name in self.raises)
@@ -103,7 +111,7 @@ def expected_failures(item) -> list[Expected]:
             raises = kwargs.get("raises") or (args[1] if len(args) > 1 else None)
             names = raises if isinstance(raises, (list, tuple)) else [raises]
             found.append(Expected(kind, ref, tuple(n if isinstance(n, str) else n.__name__ for n in names),
-                                  kwargs.get("match")))
+                                  kwargs.get("match"), kwargs.get("since")))
     return found
 
 

@@ -35,8 +35,9 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "upstream_bug(ref, raises, match=None): a known upstream bug; the case is `known` when it "
-        "fails with `raises` (a class name; `match` searched in the message), `fixed` when it passes")
+        "upstream_bug(ref, raises, match=None, since=None): a known upstream bug; the case is `known` "
+        "when it fails with `raises` (a class name; `match` searched in the message), `fixed` when it "
+        "passes on a torch from `since` on (upstream's first affected release), `pass` before")
     config.addinivalue_line(
         "markers",
         "limitation(ref, raises, match=None): documented behaviour of torch.compile that rejects what "

@@ -151,8 +151,10 @@ def log_as_rerun(item, reports) -> None:
 def classify(item, call, report) -> dict:
     """The outcome of one phase of a case, set on pytest's report too (a known bug or a
     documented limitation shows as xfailed, a fixed bug as xpassed)."""
+    import torch
+
     expected = outcomes.expected_failures(item)
-    bugs = [e.ref for e in expected if e.kind == "known"]
+    bugs = [e.ref for e in expected if e.kind == "known" and e.reported_for(torch.__version__)]
     data = {"phase": report.when, "upstream": [e.ref for e in expected], "exc_type": None, "message": None}
     if report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
