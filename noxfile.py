@@ -26,6 +26,7 @@ nox.options.error_on_missing_interpreters = True
 os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 
 SESSIONS = matrix.load()
+sessions.find_interpreters(s.python for s in SESSIONS)
 # The main job: the newest torch on CPU. Plain `nox` runs the whole matrix, as `nox -l --json` lists it.
 DEFAULT_SESSION = next(s for s in SESSIONS if s.device == "cpu" and "latest" in s.tags)
 

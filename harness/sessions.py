@@ -27,6 +27,27 @@ class SessionError(Exception):
 
 # --- the venv ---------------------------------------------------------------------------------------
 
+def _runs(command: str) -> bool:
+    try:
+        return subprocess.run([command, "-c", ""], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def find_interpreters(versions) -> None:
+    """Make `pythonX.Y` of every version the matrix names findable on PATH for nox and uv, which
+    must not download CPython: where the one on PATH does not run (pyenv's shims answer only for
+    the versions pyenv has activated), put an interpreter pyenv installed in front."""
+    pyenv = pathlib.Path(os.environ.get("PYENV_ROOT") or pathlib.Path.home() / ".pyenv") / "versions"
+    for version in sorted(set(versions)):
+        command = shutil.which(f"python{version}")
+        if command and _runs(command):
+            continue
+        installed = sorted(pyenv.glob(f"{version}.*/bin/python{version}"))
+        if installed:
+            os.environ["PATH"] = f"{installed[-1].parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def default_envdir() -> pathlib.Path:
     return ROOT / ".nox"
 
