@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import pathlib
 import sys
 
 
@@ -10,16 +12,13 @@ def check_env(args) -> int:
     from harness import envcheck, matrix
 
     session = matrix.find(args.session)
-    found = envcheck.check(session)
-    cuda = f" (CUDA {found['cuda']})" if "cuda" in found else ""
+    found = envcheck.check(session, gpu=not args.no_gpu)
+    cuda = f" (CUDA {found['cuda']})" if found.get("cuda") else ""
     print(f"{session.name}: torch {found['torch']}{cuda}, lightning {found['lightning']} match the session's pins")
     return 0
 
 
 def report(args) -> int:
-    import os
-    import pathlib
-
     from harness import report as reporting
 
     data = reporting.build(args.dirs or ["results"], args.baseline)
@@ -42,34 +41,25 @@ def report(args) -> int:
     return 0
 
 
-def _reproduction_command(command, args) -> int:
-    """repro and bisect: 2 for an unknown case id (closest ids named), 1 for other failures."""
-    from harness import repro as reproduction
-
-    try:
-        return command(args)
-    except reproduction.ReproError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, reproduction.UnknownCase) else 1
-
-
 def repro(args) -> int:
     from harness import repro as reproduction
 
-    return _reproduction_command(reproduction.command, args)
+    return reproduction.command(args)
 
 
 def bisect(args) -> int:
     from harness import bisect as bisection
 
-    return _reproduction_command(bisection.command, args)
+    return bisection.command(args)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness")
-    commands = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(prog="python -m harness")
+    commands = main.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check-env", help="check the running environment against a session's pins")
     check.add_argument("session")
+    check.add_argument("--no-gpu", action="store_true",
+                       help="a CUDA session on a machine without a GPU: check the wheel's CUDA, not the device")
     check.set_defaults(func=check_env)
     rep = commands.add_parser("report", help="merge results files into REPORT.md, report.html, report.json")
     rep.add_argument("dirs", nargs="*", metavar="DIR", help="directories of *.jsonl results (default: results)")
@@ -78,36 +68,65 @@ def main(argv=None) -> int:
     rep.add_argument("--no-fail-on-regression", dest="fail_on_regression", action="store_false",
                      help="exit 0 even when a case regressed against the baseline")
     rep.set_defaults(func=report)
-    rpr = commands.add_parser("repro", help="write one case as a standalone script, run it, print an issue-ready report")
-    rpr.add_argument("case", metavar="CASE_ID", help="family/variant[params], e.g. checkpoint/plain_checkpoint[cpu-eager-fullgraph]")
-    rpr.add_argument("--session", help="whose environment (.nox/SESSION) runs it (default: the newest CPU "
-                     "session whose venv exists, else cpu_torch213); built with nox if missing")
-    rpr.add_argument("--out", metavar="FILE", help="the script (default results/repro/repro_<case>.py; the report goes beside it as .md)")
+    rpr = commands.add_parser("repro", help="write one case as a short standalone script, run it, print an issue")
+    rpr.add_argument("case", metavar="CASE_ID", nargs="?",
+                     help="family/variant[params], e.g. checkpoint/plain_checkpoint[cpu-eager-fullgraph]")
+    rpr.add_argument("--session", help="whose environment (.nox/SESSION) runs it (default: the newest CPU session "
+                     "whose venv exists); built with nox if missing")
+    rpr.add_argument("--out", metavar="PATH", help="the script (default results/repro/repro_<case>.py; the issue goes "
+                     "beside it as .md); with --all, the directory of the scripts")
     rpr.add_argument("--no-run", action="store_true", help="write the script only")
     rpr.add_argument("--python", metavar="PATH", help="collect and run with this interpreter instead of a session's venv")
     rpr.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
+    rpr.add_argument("--results", nargs="+", metavar="DIR", default=[],
+                     help="more directories of results files for the issue's table of versions")
+    rpr.add_argument("--all", action="store_true", help="every case of --session, each script run and its outcome "
+                     "compared with the session's results file; exit 1 on a mismatch or a script over 120 lines")
     rpr.set_defaults(func=repro)
-    bis = commands.add_parser("bisect", help="run one case across the matrix's torch versions and name where its outcome changes")
+    bis = commands.add_parser("bisect", help="find the torch version where a case's outcome changes")
     bis.add_argument("case", metavar="CASE_ID")
-    bis.add_argument("--from", dest="first", metavar="VERSION", help="oldest torch to run, e.g. 2.1 (default: the oldest row)")
-    bis.add_argument("--to", dest="last", metavar="VERSION", help="newest torch to run, e.g. 2.15 (default: the newest row)")
+    bis.add_argument("--from", dest="first", metavar="VERSION", help="oldest torch, e.g. 2.1 (default: the oldest row)")
+    bis.add_argument("--to", dest="last", metavar="VERSION", help="newest torch, e.g. 2.15 (default: the newest row)")
     bis.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which sessions of each row (default cpu)")
-    bis.add_argument("--no-build", action="store_true", help="skip versions whose venv is missing instead of building it")
+    bis.add_argument("--no-build", action="store_true", help="run only versions whose venv exists")
+    bis.add_argument("--all", action="store_true", help="run every version in the range, not a bisection")
     bis.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
     bis.add_argument("--env", action="append", default=[], metavar="VERSION=PYTHON",
-                     help="run in this interpreter instead of the matrix's venvs (repeatable; replaces the matrix rows)")
+                     help="bisect over these interpreters instead of the matrix's venvs (repeatable)")
     bis.set_defaults(func=bisect)
-    args = parser.parse_args(argv)
+    return main
 
+
+def exit_code(error: Exception) -> int | None:
+    """Every error the command line reports, as one line and an exit status: 2 for what the user
+    asked for that does not exist or does not fit (a session, a case, a version range, a results
+    file, an environment that does not match its pins), 1 for what could not be done."""
     from harness.envcheck import EnvironmentMismatch
     from harness.matrix import MatrixError
+    from harness.records import ResultsError
     from harness.report import ReportError
+    from harness.repro import ReproError, UnknownCase
+    from harness.sessions import SessionError
 
+    for kinds, code in (((MatrixError, EnvironmentMismatch, ReportError, ResultsError, UnknownCase, ValueError), 2),
+                        ((ReproError, SessionError), 1)):
+        if isinstance(error, kinds):
+            return code
+    return None
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "repro" and not args.case and not args.all:
+        parser().error("repro needs a CASE_ID, or --all with --session")
     try:
         return args.func(args)
-    except (MatrixError, EnvironmentMismatch, ReportError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except Exception as error:
+        code = exit_code(error)
+        if code is None:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

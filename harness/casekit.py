@@ -30,12 +30,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # Compiled against eager: kernels may reorder reductions, so looser than assert_close's float32.
-TOLERANCES = {
-    torch.float32: dict(rtol=1e-4, atol=1e-5),
-    torch.float64: dict(rtol=1e-7, atol=1e-7),
-    torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
-    torch.float16: dict(rtol=1e-2, atol=1e-2),
-}
+TOLERANCES = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-7, atol=1e-7),
+              torch.bfloat16: dict(rtol=2e-2, atol=2e-2), torch.float16: dict(rtol=1e-2, atol=1e-2)}
 
 
 class HarnessError(Exception):
@@ -67,86 +63,53 @@ def need(dotted: str):
 
 # --- the comparison (carried as it is by reproduction scripts) --------------------------------------
 
-def tensors(value) -> list:
-    """The tensors in an output: a tensor, or nested lists, tuples and dicts of them."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        value = [value[key] for key in sorted(value)]
-    return [t for item in value for t in tensors(item)] if isinstance(value, (list, tuple)) else []
-
-
-def fresh(value):
-    """A copy of the inputs, with new leaf tensors (their own .grad)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone().requires_grad_(value.requires_grad)
-    return type(value)(fresh(v) for v in value) if isinstance(value, (list, tuple)) else value
-
-
-def run_with_grads(fn, inputs, modules=()):
-    """`fn` on copies of `inputs`, then backward of the sum of its outputs: (outputs, gradients of
-    the inputs and of fn's parameters). `modules` start without gradients."""
-    for module in modules:
-        module.zero_grad(set_to_none=True)
-    inputs = fresh(inputs)
-    outputs = tensors(fn(*inputs))
-    losses = [o.float().sum() for o in outputs if o.requires_grad]
-    if losses:
-        torch.stack(losses).sum().backward()
-    grads = [t.grad for t in tensors(inputs) if t.requires_grad]
+def run_with_grads(fn, inputs):
+    """`fn` on copies of `inputs`, then backward of the sum of its outputs: (outputs, gradients)."""
     if isinstance(fn, torch.nn.Module):
-        grads += [p.grad for _, p in sorted(fn.named_parameters()) if p.requires_grad]
-    return outputs, grads
+        fn.zero_grad(set_to_none=True)
+    inputs = [x.detach().clone().requires_grad_(x.requires_grad) if torch.is_tensor(x) else x for x in inputs]
+    outputs = [t for t in torch.utils._pytree.tree_leaves(fn(*inputs)) if torch.is_tensor(t)]
+    if any(o.requires_grad for o in outputs):
+        sum(o.float().sum() for o in outputs if o.requires_grad).backward()
+    parameters = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
+    return outputs, [t.grad for t in inputs + parameters if torch.is_tensor(t) and t.requires_grad]
 
 
 class Case:
-    """Runs code eagerly and under torch.compile, and compares outputs, dtypes and gradients."""
+    """Eager against torch.compile with the case's backend and fullgraph: the same outputs, output
+    dtypes and gradients (of inputs and parameters), on the first run and on a second one."""
 
     def __init__(self, backend="inductor", fullgraph=False):
         self.backend, self.fullgraph, self.metrics = backend, fullgraph, {}
 
     def compile(self, fn, **options):
-        """torch.compile with the case's backend and fullgraph, unless `options` say otherwise."""
         return torch.compile(fn, **{"backend": self.backend, "fullgraph": self.fullgraph, **options})
 
     def record(self, **figures):
         self.metrics.update(figures)
 
     def check(self, fn, *inputs, compiled=None, expected_dtype=None, tolerances=None, runs=2):
-        """`fn` eagerly, then `compiled` (default: the case's compile of a copy of fn) `runs` times,
-        each compared with eager. Returns the compiled run's outputs."""
+        """Returns the compiled run's outputs; `compiled` replaces the case's compile of a copy of fn."""
         from torch._dynamo.utils import counters
 
-        test_fn = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
-        compiled = compiled if compiled is not None else self.compile(test_fn)
-        modules = [m for m in (fn, test_fn, compiled) if isinstance(m, torch.nn.Module)]
-        expected = run_with_grads(fn, inputs, modules)
+        if compiled is None:
+            compiled = self.compile(copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn)
+        expected = run_with_grads(fn, inputs)
         torch._dynamo.reset()
         counters.clear()
         for attempt in range(runs):
-            actual = self.compiled_run(compiled, inputs, modules, attempt)
-            self.metrics.update(graphs=counters["stats"]["unique_graphs"],
-                                graph_breaks=sum(counters["graph_break"].values()))
-            self.compare(expected, actual, expected_dtype, tolerances)
-        return actual[0]
+            self.compared = expected, self.compiled_run(compiled, inputs, attempt)
+            self.record(graphs=counters["stats"]["unique_graphs"], graph_breaks=sum(counters["graph_break"].values()))
+            for kind, wanted, got in zip(("output", "gradient"), *self.compared):
+                assert len(got) == len(wanted), f"compiled gave {len(got)} {kind}s, eager {len(wanted)}"
+                for i, (e, a) in enumerate(zip(wanted, got)):
+                    assert kind == "gradient" or expected_dtype in (None, a.dtype), f"output {i}: {a.dtype}"
+                    torch.testing.assert_close(a, e, **(tolerances or TOLERANCES.get(getattr(e, "dtype", None), {})),
+                                               msg=lambda m, k=kind, i=i: f"{k} {i}: {m}")
+        return self.compared[1][0]
 
-    def compiled_run(self, compiled, inputs, modules, attempt):
-        return run_with_grads(compiled, inputs, modules)
-
-    def compare(self, expected, actual, expected_dtype=None, tolerances=None):
-        (outputs, grads), (got, got_grads) = expected, actual
-        assert len(got) == len(outputs), f"compiled returned {len(got)} tensors, eager {len(outputs)}"
-        for i, (e, a) in enumerate(zip(outputs, got)):
-            assert a.dtype == e.dtype, f"output {i}: compiled dtype {a.dtype}, eager {e.dtype}"
-            assert expected_dtype in (None, a.dtype), f"output {i}: dtype {a.dtype}, expected {expected_dtype}"
-            torch.testing.assert_close(a, e, **(tolerances or TOLERANCES.get(e.dtype, {})),
-                                       msg=lambda m, i=i: f"output {i}: {m}")
-        assert len(got_grads) == len(grads), f"compiled gave {len(got_grads)} gradients, eager {len(grads)}"
-        for i, (e, a) in enumerate(zip(grads, got_grads)):
-            assert (e is None) == (a is None), f"gradient {i}: eager {e is not None}, compiled {a is not None}"
-            if e is not None:
-                torch.testing.assert_close(a, e, **(tolerances or TOLERANCES.get(e.dtype, {})),
-                                           msg=lambda m, i=i: f"gradient {i}: {m}")
+    def compiled_run(self, compiled, inputs, attempt):
+        return run_with_grads(compiled, inputs)
 
 
 class OpLog(TorchDispatchMode):
@@ -251,12 +214,12 @@ class CaseRun(Case):
                     if counter.reasons:
                         self.metrics.setdefault("recompile_reasons", counter.reasons)
 
-    def compiled_run(self, compiled, inputs, modules, attempt):
+    def compiled_run(self, compiled, inputs, attempt):
         # The first run compiles; a recompile in a later one is a finding the record keeps.
         with self.watch_compiles():
             start = time.perf_counter()
             try:
-                return super().compiled_run(compiled, inputs, modules, attempt)
+                return super().compiled_run(compiled, inputs, attempt)
             finally:
                 seconds = round(time.perf_counter() - start, 4)
                 if attempt == 0:
@@ -264,7 +227,11 @@ class CaseRun(Case):
                 else:
                     self.metrics["run_s"] = min(seconds, self.metrics.get("run_s", seconds))
 
-    def compare(self, expected, actual, expected_dtype=None, tolerances=None):
-        diff = max_abs_diff(expected[0] + expected[1], actual[0] + actual[1])
-        self.metrics["max_abs_diff"] = max(diff, self.metrics.get("max_abs_diff") or 0) if diff is not None else None
-        super().compare(expected, actual, expected_dtype, tolerances)
+    def check(self, *args, **kwargs):
+        self.compared = None
+        try:
+            return super().check(*args, **kwargs)
+        finally:
+            if self.compared is not None:
+                expected, actual = self.compared
+                self.metrics["max_abs_diff"] = max_abs_diff(expected[0] + expected[1], actual[0] + actual[1])

@@ -64,7 +64,7 @@ def _same_release(found: str | None, pin: str) -> bool:
         return False
 
 
-def mismatches(session: Session, found: dict) -> list[str]:
+def mismatches(session: Session, found: dict, gpu: bool = True) -> list[str]:
     problems = []
     if session.torch and not _same_release(found["torch"], session.torch):
         problems.append(f"torch is {found['torch']}, the session pins {session.torch}")
@@ -77,16 +77,17 @@ def mismatches(session: Session, found: dict) -> list[str]:
         cuda = found["cuda"]
         if cuda is None or int(cuda.split(".")[0]) != session.cuda_major:
             problems.append(f"torch is built for CUDA {cuda or 'none (CPU build)'}, the session pins CUDA {session.cuda_major}")
-        elif not found["cuda_available"]:
+        elif gpu and not found["cuda_available"]:
             problems.append("torch.cuda.is_available() is False: a CUDA session needs a working GPU")
     return problems
 
 
-def check(session: Session) -> dict:
+def check(session: Session, gpu: bool = True) -> dict:
     """The installed versions; EnvironmentMismatch with every mismatch on one line. A CPU
-    session pins no CUDA, so its check does not import torch."""
+    session pins no CUDA, so its check does not import torch. `gpu=False`: a CUDA session on a
+    machine without a GPU, checked short of running kernels (the wheel's CUDA major still)."""
     found = installed(cuda=session.cuda_major is not None)
-    problems = mismatches(session, found)
+    problems = mismatches(session, found, gpu)
     if problems:
         raise EnvironmentMismatch(f"environment does not match session {session.name}: " + "; ".join(problems))
     return found

@@ -12,24 +12,13 @@ import tempfile
 from packaging.version import InvalidVersion, Version
 
 from harness import records
+from harness.outcomes import FAILING, OUTCOMES, PASSING
 
-SYMBOLS = {
-    "pass": "✅", "fail": "❌", "known": "🐛", "fixed": "🎉", "skip": "⏭️", "error": "⚠️",
-    "crash": "💥", "timeout": "⏱️", "flaky": "🔀", "not run": "·",
-}
-# The page draws these in its cells: plain text needs no emoji font, the colour does the rest.
-CELL_TEXT = {
-    "pass": "pass", "fail": "FAIL", "known": "known", "fixed": "fixed", "skip": "skip", "error": "ERROR",
-    "crash": "CRASH", "timeout": "T/O", "flaky": "flaky", "not run": "-",
-}
-MEANING = {
-    "pass": "passed", "fail": "failed (not a recorded upstream bug)", "known": "fails as a recorded upstream bug",
-    "fixed": "a recorded upstream bug no longer reproduces", "skip": "skipped (reason on the cell)",
-    "error": "the harness or environment broke", "crash": "the process died", "timeout": "ran past its time limit",
-    "flaky": "two runs disagreed", "not run": "no record: the session stopped early or lacks the case",
-}
-PASSING = {"pass", "fixed"}
-FAILING = {"fail", "known", "error", "crash", "timeout"}
+NOT_RUN = "not run"  # a cell without a record: the session stopped early or lacks the case
+SYMBOLS = {**{name: o.symbol for name, o in OUTCOMES.items()}, NOT_RUN: "·"}
+CELL_TEXT = {**{name: o.cell for name, o in OUTCOMES.items()}, NOT_RUN: "-"}
+MEANING = {**{name: o.meaning for name, o in OUTCOMES.items()},
+           NOT_RUN: "no record: the session stopped early or lacks the case"}
 COMPARISONS = ("regressed", "fixed", "new", "removed", "still failing", "flaky")
 
 
@@ -101,19 +90,17 @@ def load_dirs(directories) -> list[SessionResult]:
 
 
 def upstream_link(ref: str) -> str:
-    """'owner/repo#123' -> its GitHub issue; 'owner/repo:path' -> the file on GitHub."""
+    """'owner/repo#123' -> its GitHub issue or pull request (GitHub redirects either way); a URL
+    (a documentation page) as it is."""
     match = re.fullmatch(r"([\w.-]+/[\w.-]+)#(\d+)", ref)
     if match:
         return f"https://github.com/{match[1]}/issues/{match[2]}"
-    match = re.fullmatch(r"([\w.-]+/[\w.-]+):(.+)", ref)
-    if match:
-        return f"https://github.com/{match[1]}/blob/main/{match[2]}"
-    return ""
+    return ref if re.match(r"https?://", ref) else ""
 
 
 def outcome_of(session: SessionResult, case: str) -> str:
     record = session.cases.get(case)
-    return record["outcome"] if record else "not run"
+    return record["outcome"] if record else NOT_RUN
 
 
 def transitions(sessions: list[SessionResult], case_ids: list[str]) -> list[dict]:
@@ -144,9 +131,9 @@ def compare(current: list[SessionResult], baseline: list[SessionResult]) -> list
             continue
         for case in sorted(set(session.cases) | set(old.cases)):
             now, then = outcome_of(session, case), outcome_of(old, case)
-            if now == "not run" and then != "not run":
+            if now == NOT_RUN and then != NOT_RUN:
                 status = "removed" if session.complete else None  # an incomplete run says nothing
-            elif then == "not run":
+            elif then == NOT_RUN:
                 status = "new"
             elif now == "flaky":
                 status = "flaky"
@@ -154,8 +141,8 @@ def compare(current: list[SessionResult], baseline: list[SessionResult]) -> list
                 status = "regressed"
             elif then in FAILING and now in PASSING:
                 status = "fixed"
-            elif then in FAILING and now in FAILING and not then == now == "known":
-                status = "still failing"  # an expected failure staying expected is no news
+            elif then in FAILING and now in FAILING and not (then == now and then in ("known", "limitation")):
+                status = "still failing"  # a declared failure staying declared is no news
             else:
                 status = None
             if status:
@@ -217,7 +204,7 @@ def _counts(session: SessionResult, case_ids) -> dict:
 def _cell(session: SessionResult, case: str) -> dict:
     record = session.cases.get(case)
     if record is None:
-        return {"outcome": "not run"}
+        return {"outcome": NOT_RUN}
     return {key: record.get(key) for key in ("outcome", "exc_type", "message", "upstream", "metrics", "duration")}
 
 

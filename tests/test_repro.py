@@ -1,30 +1,13 @@
-"""The one-file reproduction, built from real cases and run with real torch: its OUTCOME line must
-be what pytest with the harness plugin records for the same case in the same interpreter."""
+"""The reproduction: the case's own code as a short standalone script that prints the outcome the
+matrix records, and the issue around it. Real cases, real torch."""
 
-import json
-import pathlib
 import subprocess
 import sys
 
 import pytest
 
-from harness import repro
+from harness import records, repro, sessions, matrix
 from tests.conftest import ROOT
-
-# Quick cases (eager backend) covering every outcome and what the script must reproduce:
-# marks on the function and on one parameter, a skip from `need`, a skipif on a parameter,
-# `pytest.raises`, `tmp_path`, Lightning.
-CASES = [
-    "checkpoint/plain_checkpoint[cpu-eager-fullgraph]",
-    "checkpoint/plain_checkpoint[cuda-eager-fullgraph]",
-    "checkpoint/wrapper_always_passes_noop_context_fn[cpu-graphbreaks-eager]",
-    "checkpoint/wrapper_disable_dynamo_fix[cpu-fullgraph-eager]",
-    "checkpoint/experimental_context_fn_flag[cpu-private_sac-fullgraph-eager]",
-    "empty_init/load_from_checkpoint_compiled_submodule[plain-eager-graphbreaks]",
-    "empty_init/mode_frame_compiled_from_skipped_code[cpu-empty_init_enabled-eager-graphbreaks]",
-    "nested_compile/fullgraph_outer_over_inner_graph_break[cpu-eager-graph_break-fullgraph]",
-]
-WARM = pathlib.Path("/tmp/warm")  # hand-made venvs of older torch on the development machine
 
 
 def harness(*args, timeout=900):
@@ -32,96 +15,88 @@ def harness(*args, timeout=900):
                           timeout=timeout, env=repro.clean_env())
 
 
-def plugin_outcomes(python, nodeids, tmp_path) -> dict:
-    """What the matrix records: pytest with the harness plugin, case id -> outcome."""
+@pytest.fixture(scope="module")
+def collected():
+    return repro.collect(sys.executable, ["*"])["cases"]
+
+
+def sample(cases: dict) -> list[str]:
+    """Cases that between them use every part of an export: each family; a declared upstream bug
+    and a documented limitation; `need`; a CUDA parameter; Lightning; tmp_path."""
+    picks = []
+
+    def pick(predicate):
+        found = next((c for c, info in cases.items() if predicate(c, info) and c not in picks), None)
+        if found:
+            picks.append(found)
+
+    for family in sorted({info["family"] for info in cases.values()}):
+        pick(lambda c, info: info["family"] == family and "[cpu" in c)
+    pick(lambda c, info: any(e["kind"] == "known" for e in info["expected"]))
+    pick(lambda c, info: any(e["kind"] == "limitation" for e in info["expected"]))
+    pick(lambda c, info: "'cuda'" in info["params"].values())
+    pick(lambda c, info: "tmp_path" in info["argnames"])
+    pick(lambda c, info: "lightning" in repro.build_script(info))
+    return picks
+
+
+def test_every_case_exports_as_a_short_standalone_script(collected):
+    lengths = {}
+    for case_id, info in collected.items():
+        text = repro.build_script(info)  # compiles it, too
+        lengths[case_id] = text.count("\n")
+        assert "import pytest" not in text and "harness" not in text.split('"""', 2)[2], case_id
+        assert f"`{case_id}`" in text.splitlines()[0]
+    over = {c: n for c, n in lengths.items() if n > repro.MAX_LINES}
+    assert not over, over
+
+
+def test_scripts_print_the_outcome_the_matrix_records(collected, tmp_path):
+    picks = sample(collected)
+    assert len(picks) >= 6, picks
     results = tmp_path / "results"
-    subprocess.run([str(python), "-m", "pytest", *nodeids, "-p", "no:cacheprovider", "-q",
-                    "--results-dir", str(results), "--session-name", "probe"],
-                   cwd=ROOT, capture_output=True, text=True, timeout=900, env=repro.clean_env())
-    records = [json.loads(line) for line in (results / "probe.jsonl").read_text().splitlines()]
-    return {r["case"]: r["outcome"] for r in records if r["kind"] == "case"}
+    nodeids = [collected[c]["nodeid"] for c in picks]
+    spec = matrix.find("cpu_torch215")
+    subprocess.run([sys.executable, *sessions.pytest_args(spec, [*nodeids, "-q", f"--results-dir={results}",
+                                                                 "--session-name=probe"])],
+                   cwd=ROOT, capture_output=True, text=True, timeout=1800, env=repro.clean_env())
+    recorded = {r["case"]: r["outcome"] for r in records.read(results / "probe.jsonl") if r["kind"] == "case"}
+    for case_id in picks:
+        path = tmp_path / repro.script_name(case_id)
+        path.write_text(repro.build_script(collected[case_id]))
+        result = repro.run_script(sys.executable, path)  # pytest and the harness unimportable
+        assert result["outcome"] == recorded[case_id], (case_id, result["output"][-3000:])
+        code = {o: v.exit_code for o, v in repro.outcomes.OUTCOMES.items()}[result["outcome"]]
+        assert result["returncode"] == code, (case_id, result["returncode"])
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """Each case of CASES as a script, collected once in this interpreter."""
-    out = tmp_path_factory.mktemp("scripts")
-    collected = repro.collect_cases(sys.executable, CASES)
-    assert set(collected["cases"]) == set(CASES), set(CASES) - set(collected["cases"])
-    scripts = {}
-    for case_id in CASES:
-        path = out / repro.script_name(case_id)
-        path.write_text(repro.build_script({**collected, "case": collected["cases"][case_id]}, path.name))
-        scripts[case_id] = path
-    return collected, scripts
-
-
-@pytest.fixture(scope="module")
-def matrix_outcomes(exported, tmp_path_factory):
-    collected, _ = exported
-    return plugin_outcomes(sys.executable, [f"{c['path']}::{c['name']}" for c in collected["cases"].values()],
-                           tmp_path_factory.mktemp("plugin"))
-
-
-def test_scripts_are_standalone_python(exported):
-    _, scripts = exported
-    for case_id, path in scripts.items():
-        subprocess.run([sys.executable, "-m", "py_compile", str(path)], check=True)
-        text = path.read_text()
-        assert "import pytest" not in text and "harness." not in text.replace("harness/", "")
-        assert f"CASE_ID = {case_id!r}" in text
-        # Only the one test function of the case module is left.
-        assert text.count("\ndef test_") == 1, case_id
-    assert "lightning" in scripts[CASES[5]].read_text()
-
-
-@pytest.mark.parametrize("case_id", CASES)
-def test_script_gives_the_matrix_outcome_without_pytest(case_id, exported, matrix_outcomes):
-    _, scripts = exported
-    result = repro.run_script(sys.executable, scripts[case_id])  # pytest and the harness blocked
-    assert "ModuleNotFoundError" not in result["output"] and "import of pytest halted" not in result["output"]
-    assert result["outcome"] == matrix_outcomes[case_id], result["output"][-3000:]
-    assert result["returncode"] == repro.SCRIPT_EXIT_CODES[result["outcome"]]
-    assert result["output"].rstrip().splitlines()[-1].startswith(f"OUTCOME: {result['outcome']}")
-
-
-def test_every_outcome_is_covered(matrix_outcomes):
-    # On a GPU machine the CUDA case runs instead of skipping; `need` still gives a skip.
-    assert {"pass", "known", "skip"} <= set(matrix_outcomes.values()), matrix_outcomes
-
-
-def test_repro_command_prints_an_issue_ready_report(tmp_path):
-    case_id = CASES[2]
-    out = tmp_path / "te890.py"
-    done = harness("repro", case_id, "--python", sys.executable, "--out", str(out))
+def test_repro_prints_an_issue_with_the_versions_at_hand(tmp_path):
+    case_id = "checkpoint/plain_checkpoint[cpu-eager-fullgraph]"
+    table = tmp_path / "results"
+    for torch_version, session, outcome in (("2.4.1", "cpu_torch24", "fail"), ("2.5.1", "cpu_torch25", "pass")):
+        writer = records.ResultsWriter(table / f"{session}.jsonl")  # a results file as sessions write them
+        writer.write({"kind": "environment", "session": session, "torch": torch_version})
+        writer.write({"kind": "case", "case": case_id, "family": "checkpoint", "params": {}, "outcome": outcome,
+                      "exc_type": None, "message": "", "upstream": [], "metrics": {}, "duration": 1.0, "nodeid": ""})
+        writer.close()
+    out = tmp_path / "repro.py"
+    done = harness("repro", case_id, "--python", sys.executable, "--out", str(out), "--results", str(table))
     assert done.returncode == 0, done.stderr
-    report = done.stdout
-    assert report.startswith("### torch.compile: `" + case_id + "`")
-    assert "PyTorch version:" in report  # collect_env of that interpreter
-    assert "```python\n" + out.read_text().rstrip() + "\n```" in report
-    assert "OUTCOME: " in report and "**Expected**" in report
-    assert "- [NVIDIA/TransformerEngine#890](https://github.com/NVIDIA/TransformerEngine/issues/890)" in report
-    assert out.with_suffix(".md").read_text().strip() == report.strip()
+    issue = done.stdout
+    lines = issue.splitlines()
+    assert lines[0].startswith("### ") and case_id in lines[0]
+    assert lines[2].startswith("With torch ")  # one paragraph of what happens
+    assert "| 2.4.1 | cpu_torch24 | fail |" in issue and "| 2.5.1 | cpu_torch25 | pass |" in issue
+    assert "Changes between torch 2.4.1 (fail) and 2.5.1 (pass)." in issue
+    assert "```python\n" + out.read_text().rstrip() + "\n```" in issue
+    assert "OUTCOME: pass" in issue and "**Expected**" in issue
+    assert "<details><summary>collect_env</summary>" in issue and "PyTorch version:" in issue
+    assert out.with_suffix(".md").read_text().strip() == issue.strip()
 
 
 def test_unknown_case_lists_the_closest_ids():
-    done = harness("repro", "checkpoint/plain_checkpoint[cpu-eagr-fullgraph]", "--python", sys.executable, "--no-run")
+    done = harness("repro", "checkpoint/plain_checkpoint[cpu-eagr-fullgraph]", "--python", sys.executable,
+                   "--no-run")
     assert done.returncode == 2
     assert "unknown case 'checkpoint/plain_checkpoint[cpu-eagr-fullgraph]'" in done.stderr
-    assert "  checkpoint/plain_checkpoint[cpu-eager-fullgraph]" in done.stderr.splitlines()[2]
-
-
-@pytest.mark.skipif(not all((WARM / v / "bin" / "python").exists() for v in ("v2.4.1", "v2.5.1")),
-                    reason="needs the hand-made torch 2.4.1 and 2.5.1 venvs in /tmp/warm")
-def test_one_script_reproduces_both_sides_of_a_fix(tmp_path):
-    # Fails on torch 2.4 (the recompute saves a different number of tensors), passes from 2.5.
-    case_id = "autocast/eager_checkpoint_of_compiled_function_under_autocast[fullgraph-eager-cpu-bf16]"
-    collected = repro.collect(sys.executable, case_id)
-    script = tmp_path / "autocast.py"
-    script.write_text(repro.build_script(collected, script.name))
-    nodeid = f"{collected['case']['path']}::{collected['case']['name']}"
-    for venv, expected in (("v2.4.1", "fail"), ("v2.5.1", "pass")):
-        python = WARM / venv / "bin" / "python"
-        result = repro.run_script(python, script)
-        assert result["outcome"] == expected, result["output"][-3000:]
-        assert plugin_outcomes(python, [nodeid], tmp_path / venv) == {case_id: expected}
+    assert "  checkpoint/plain_checkpoint[cpu-eager-fullgraph]" in done.stderr
