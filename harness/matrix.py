@@ -13,6 +13,7 @@ except ImportError:  # Python < 3.11
 
 MATRIX_FILE = pathlib.Path(__file__).with_name("matrix.toml")
 PYPI = "pypi"
+REGISTRY = "registry"  # the tag of sessions whose torch wheel comes from the package registry
 
 
 class MatrixError(ValueError):
@@ -120,7 +121,7 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
         suffix = short_version(torch) + (f"_{label}" if label else "")
         sessions.append(
             Session(name=f"cpu_torch{suffix}", device="cpu", cuda_major=None, index=None,
-                    index_url=None, tags=("cpu", *age), **common)
+                    index_url=None, tags=("cpu", REGISTRY, *age), **common)
         )
         for flavour in row.get("cuda", ()):
             major = cuda_major_of(flavour, row.get("pypi_cuda"))
@@ -128,7 +129,7 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
             sessions.append(
                 Session(name=f"cuda{major}_torch{suffix}", device="cuda", cuda_major=major,
                         index=index, index_url=index_url(index, where),
-                        tags=("cuda", *age), **common)
+                        tags=("cuda", *((REGISTRY,) if index is None else ()), *age), **common)
             )
 
     nightly = table.get("nightly")

@@ -21,20 +21,22 @@ class Outcome:
     verdict: str  # "passing", "failing" or "neutral": what a change between two runs means
     fails_session: bool  # the session (pytest) exits non-zero when a case has this outcome
     exit_code: int | None  # of a reproduction script that ends this way (None: it cannot print it)
+    junit: str  # the testcase's status in results/<session>.xml: passed, skipped, failure or error
 
 
 OUTCOMES = {o.name: o for o in (
-    Outcome("pass", 0, "✅", "pass", "passed", "passing", False, 0),
-    Outcome("fixed", 1, "🎉", "fixed", "a recorded upstream bug no longer reproduces", "passing", False, 0),
-    Outcome("skip", 2, "⏭️", "skip", "did not run here (reason on the cell)", "neutral", False, 125),
+    Outcome("pass", 0, "✅", "pass", "passed", "passing", False, 0, "passed"),
+    Outcome("fixed", 1, "🎉", "fixed", "a recorded upstream bug no longer reproduces", "passing", False, 0, "passed"),
+    Outcome("skip", 2, "⏭️", "skip", "did not run here (reason on the cell)", "neutral", False, 125, "skipped"),
     Outcome("limitation", 3, "🚧", "limit", "raises as a documented limitation of torch.compile", "failing",
-            False, 5),
-    Outcome("known", 4, "🐛", "known", "fails as a recorded upstream bug", "failing", False, 3),
-    Outcome("fail", 5, "❌", "FAIL", "failed (not a recorded upstream bug or limitation)", "failing", True, 1),
-    Outcome("flaky", 6, "🔀", "flaky", "attempts disagreed", "neutral", False, None),
-    Outcome("error", 7, "⚠️", "ERROR", "the harness or environment broke", "failing", True, 4),
-    Outcome("timeout", 8, "⏱️", "T/O", "ran past its time limit", "failing", True, None),
-    Outcome("crash", 9, "💥", "CRASH", "its process died, or ran out of memory", "failing", True, None),
+            False, 5, "skipped"),
+    Outcome("known", 4, "🐛", "known", "fails as a recorded upstream bug", "failing", False, 3, "skipped"),
+    Outcome("fail", 5, "❌", "FAIL", "failed (not a recorded upstream bug or limitation)", "failing", True, 1,
+            "failure"),
+    Outcome("flaky", 6, "🔀", "flaky", "attempts disagreed", "neutral", False, None, "passed"),
+    Outcome("error", 7, "⚠️", "ERROR", "the harness or environment broke", "failing", True, 4, "error"),
+    Outcome("timeout", 8, "⏱️", "T/O", "ran past its time limit", "failing", True, None, "error"),
+    Outcome("crash", 9, "💥", "CRASH", "its process died, or ran out of memory", "failing", True, None, "error"),
 )}
 NAMES = tuple(OUTCOMES)
 PASSING = frozenset(n for n, o in OUTCOMES.items() if o.verdict == "passing")

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from harness import records, workerlog
+from harness import junit, records, workerlog
 from harness.caseid import identity_from_nodeid
 from harness.outcomes import OUTCOMES
 
@@ -39,8 +39,9 @@ def session_name(config) -> str:
     return "local_torch" + re.sub(r"[^0-9A-Za-z.]+", "_", version("torch"))
 
 
-def check_session_pins(name: str) -> None:
-    """Inside a matrix session, refuse to run (and to touch its results) if the pins drifted."""
+def check_session_pins(name: str, gpu: bool = True) -> None:
+    """Inside a matrix session, refuse to run (and to touch its results) if the pins drifted
+    (`gpu=False`: collecting only, a CUDA session need not see a GPU)."""
     from harness import envcheck, matrix
 
     try:
@@ -48,7 +49,7 @@ def check_session_pins(name: str) -> None:
     except matrix.MatrixError:
         return  # not a matrix session: record the environment as it is
     try:
-        envcheck.check(session)
+        envcheck.check(session, gpu=gpu)
     except envcheck.EnvironmentMismatch as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -96,7 +97,7 @@ class ResultsRecorder:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session):
         self.name = session_name(self.config)
-        check_session_pins(self.name)
+        check_session_pins(self.name, gpu=not self.config.option.collectonly)
         directory = self.config.getoption("results_dir") or records.results_dir(self.config.rootpath / "results")
         self.path = pathlib.Path(directory) / f"{self.name}.jsonl"
         try:
@@ -205,6 +206,7 @@ class ResultsRecorder:
             "seconds": round(time.time() - self.started, 2),
         })
         self.writer.close()
+        junit.write(self.path.with_suffix(".xml"), records.read(self.path))
 
     def pytest_terminal_summary(self, terminalreporter):
         if self.environment is not None:

@@ -16,9 +16,38 @@ from harness import matrix
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = "cases/"
-# What every case session needs besides its pins; unpinned, they follow the session's Python.
-HARNESS_REQUIREMENTS = ["pytest", "pytest-timeout", "pytest-xdist", "packaging", "pip"]  # pip: collect_env runs `pip list`
 STAMP = "harness-pins.json"
+# Environment variables that change what uv (or pip, without uv) installs. A session installs
+# with them as they are, says so, and records them: in the venv's stamp (a change rebuilds it)
+# and in the results' environment record.
+INSTALL_VARIABLES = (
+    "UV_INDEX", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_NO_INDEX",
+    "UV_INDEX_STRATEGY", "UV_TORCH_BACKEND", "UV_PRERELEASE", "UV_RESOLUTION", "UV_EXCLUDE_NEWER", "UV_OVERRIDE",
+    "UV_CONSTRAINT", "UV_BUILD_CONSTRAINT", "UV_NO_BINARY", "UV_NO_BINARY_PACKAGE", "UV_NO_BUILD",
+    "UV_NO_BUILD_PACKAGE", "UV_CONFIG_FILE", "UV_NO_CONFIG", "UV_PYTHON_PREFERENCE",  # not UV_PYTHON: nox sets it
+    "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_PRE", "PIP_CONSTRAINT",
+    "PIP_ONLY_BINARY", "PIP_NO_BINARY", "PIP_CONFIG_FILE",
+)
+
+
+def harness_requirements() -> list[str]:
+    """What every case session installs beside its pins: the `session` extra of pyproject.toml,
+    the one place the tools' versions are bounded."""
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return list(table["project"]["optional-dependencies"]["session"])
+
+
+HARNESS_REQUIREMENTS = harness_requirements()
+
+
+def install_environment(environ=None) -> dict:
+    """The set variables of INSTALL_VARIABLES."""
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in INSTALL_VARIABLES if environ.get(name)}
 
 
 class SessionError(Exception):
@@ -63,7 +92,8 @@ def venv_python(session: str, envdir: os.PathLike | None = None) -> pathlib.Path
 def pins_stamp(spec: matrix.Session) -> str:
     """What a session's venv was built from; a venv whose stamp matches is reused as it is."""
     return json.dumps({"requirements": spec.requirements, "index": spec.index_url, "python": spec.python,
-                       "harness": HARNESS_REQUIREMENTS}, sort_keys=True)
+                       "harness": HARNESS_REQUIREMENTS, "install_environment": install_environment()},
+                      sort_keys=True)
 
 
 def compile_cache_env(venv: os.PathLike) -> dict:
@@ -143,6 +173,15 @@ def case_options(spec: matrix.Session) -> list[str]:
         f"--timeout={spec.case_timeout}", "--timeout-method=thread",
         "-rfEX",
     ]
+
+
+COLLECT_ONLY = ("--collect-only", "--co")
+
+
+def collect_only(args) -> bool:
+    """The session builds its environment, checks its pins and collects its cases, running none:
+    how a CUDA session is checked on a machine without a GPU."""
+    return any(arg in COLLECT_ONLY for arg in args)
 
 
 def pytest_args(spec: matrix.Session, args=()) -> list[str]:

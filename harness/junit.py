@@ -1,0 +1,68 @@
+"""A results file as JUnit XML (`<session>.xml` beside `<session>.jsonl`), what CI dashboards and
+test-report actions read: one testcase per case record, in the status JUnit has for its outcome
+(harness.outcomes), the outcome itself and its references among the testcase's properties."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+import xml.etree.ElementTree as ElementTree
+
+from harness.outcomes import OUTCOMES
+
+
+def testcase(record: dict) -> ElementTree.Element:
+    family, _, name = record["case"].partition("/")
+    case = ElementTree.Element("testcase", classname=family, name=name or family,
+                               time=f"{record.get('duration') or 0:.3f}")
+    properties = ElementTree.SubElement(case, "properties")
+    values = {"outcome": record["outcome"], "upstream": " ".join(record.get("upstream") or []),
+              "nodeid": record.get("nodeid") or "", "reused_from": (record.get("reused_from") or {}).get("started", "")}
+    for key, value in values.items():
+        if value:
+            ElementTree.SubElement(properties, "property", name=key, value=str(value))
+    status = OUTCOMES[record["outcome"]].junit
+    message = " ".join(filter(None, [record.get("exc_type"), record.get("message")]))
+    if status == "skipped":
+        detail = ", ".join(record.get("upstream") or [])
+        ElementTree.SubElement(case, "skipped", type=record["outcome"],
+                               message=f"{record['outcome']}: {detail}: {message}" if detail else message)
+    elif status in ("failure", "error"):
+        element = ElementTree.SubElement(case, status, type=record["outcome"], message=message)
+        element.text = record.get("output_tail") or message
+    return case
+
+
+def render(records: list[dict]) -> str:
+    environment = records[0]
+    cases = [r for r in records if r["kind"] == "case"]
+    statuses = [OUTCOMES[r["outcome"]].junit for r in cases]
+    suite = ElementTree.Element(
+        "testsuite", name=environment.get("session") or "cases", tests=str(len(cases)),
+        failures=str(statuses.count("failure")), errors=str(statuses.count("error")),
+        skipped=str(statuses.count("skipped")), time=f"{sum(r.get('duration') or 0 for r in cases):.3f}",
+        timestamp=environment.get("started") or "")
+    properties = ElementTree.SubElement(suite, "properties")
+    for key in ("torch", "cuda", "lightning", "python", "git_commit"):
+        if environment.get(key):
+            ElementTree.SubElement(properties, "property", name=key, value=str(environment[key]))
+    suite.extend(testcase(r) for r in cases)
+    root = ElementTree.Element("testsuites")
+    root.append(suite)
+    ElementTree.indent(root)
+    return ElementTree.tostring(root, encoding="unicode") + "\n"
+
+
+def write(path: pathlib.Path, records: list[dict]) -> pathlib.Path:
+    """Written whole or not at all."""
+    path = pathlib.Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write('<?xml version="1.0" encoding="utf-8"?>\n' + render(records))
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path

@@ -1,0 +1,58 @@
+"""results/<session>.xml: one JUnit testcase per case, in the status JUnit has for its outcome."""
+
+import sys
+import xml.etree.ElementTree as ElementTree
+
+from harness import matrix, records, sessions
+from harness.outcomes import OUTCOMES
+from tests.conftest import ROOT
+
+FAMILY = '''
+import ctypes
+import pytest
+import torch
+
+
+def test_passes(case):
+    case.check(torch.sin, torch.randn(3, requires_grad=True))
+
+
+@pytest.mark.upstream_bug("owner/repo#1", raises="RuntimeError", match="boom")
+def test_known(case):
+    raise RuntimeError("boom")
+
+
+def test_fails(case):
+    raise AssertionError("compiled differs")
+
+
+def test_skips(case):
+    pytest.skip("missing: torch.no_such_api")
+
+
+def test_crashes(case):
+    ctypes.string_at(0)
+'''
+
+
+def test_each_session_writes_junit_beside_its_results(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    path = pytester.makepyfile(test_family=FAMILY)
+    out = pytester.path / "results"
+    command = sessions.pytest_args(matrix.find("cpu_torch215"), [str(path), f"--results-dir={out}",
+                                                                  "--session-name=s"])
+    pytester.run(sys.executable, *command, timeout=600)
+    suite = ElementTree.parse(out / "s.xml").getroot().find("testsuite")
+    back = {r["case"]: r for r in records.read(out / "s.jsonl") if r["kind"] == "case"}
+    cases = {f"{c.get('classname')}/{c.get('name')}": c for c in suite.iter("testcase")}
+    assert set(cases) == set(back)  # one testcase per record
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("5", "1", "1", "2")
+    for case_id, element in cases.items():
+        outcome = back[case_id]["outcome"]
+        properties = {p.get("name"): p.get("value") for p in element.iter("property")}
+        assert properties["outcome"] == outcome
+        status = OUTCOMES[outcome].junit
+        assert [child.tag for child in element if child.tag != "properties"] == ([] if status == "passed" else [status])
+    known = cases["family/known"]
+    assert properties and known.find("skipped").get("message").startswith("known: owner/repo#1: ")
+    assert "Segmentation fault" in cases["family/crashes"].find("error").get("message")
