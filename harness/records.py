@@ -5,12 +5,28 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import sys
 import tempfile
 import time
 
+from harness.outcomes import OUTCOMES
+
 SCHEMA_VERSION = 1
-OUTCOMES = ("pass", "fail", "known", "fixed", "skip", "error", "crash", "timeout", "flaky")
 RESULTS_ENV = "HARNESS_RESULTS_DIR"
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def portable(text: str) -> str:
+    """`text` without this machine's paths: the running environment as `<venv>`, the checkout's
+    files relative to its root, Python's own installation as `<python>`, the temp dir as `<tmp>`;
+    so that records of two machines compare equal."""
+    places = {sys.prefix: "<venv>", sys.base_prefix: "<python>",  # outside a venv the two are one: <python>
+              tempfile.gettempdir(): "<tmp>", str(ROOT) + os.sep: ""}
+    for place in sorted(places, key=len, reverse=True):  # the venv may lie inside the checkout
+        text = text.replace(place, places[place])
+    return text
 
 
 class ResultsError(Exception):
@@ -60,7 +76,7 @@ class ResultsWriter:
         os.replace(self.path, target)
 
     def write(self, record: dict) -> None:
-        line = json.dumps({"schema": SCHEMA_VERSION, **record}, default=str, sort_keys=False)
+        line = portable(json.dumps({"schema": SCHEMA_VERSION, **record}, default=str, sort_keys=False))
         self._file.write(line + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -90,7 +106,7 @@ def read(path: pathlib.Path) -> list[dict]:
             raise ResultsError(
                 f"{path}:{number}: schema {record.get('schema')!r}, this harness reads {SCHEMA_VERSION}"
             )
-        if record["kind"] == "case" and record.get("outcome") not in OUTCOMES:
+        if record["kind"] == "case" and record.get("outcome") not in OUTCOMES:  # harness.outcomes
             raise ResultsError(f"{path}:{number}: unknown outcome {record.get('outcome')!r}")
         records.append(record)
     if not records or records[0]["kind"] != "environment":

@@ -66,3 +66,21 @@ def test_find_case_passes_over_a_line_cut_by_a_kill(tmp_path):
     environment, record = records.find_case(path, "f/v")
     assert environment["session"] == "s" and record["outcome"] == "pass"
     assert records.find_case(tmp_path / "missing.jsonl", "f/v") == (None, None)
+
+
+def test_records_carry_no_path_of_this_machine(tmp_path):
+    import sys
+
+    from tests.conftest import ROOT
+
+    path = tmp_path / "s.jsonl"
+    writer = records.ResultsWriter(path)
+    writer.write({"kind": "environment", "python_executable": sys.executable})
+    writer.write({"kind": "case", "case": "f/v", "outcome": "fail",
+                  "message": f"inline in skipfiles: {ROOT}/cases/test_f.py | inner {sys.prefix}/lib/x.py"})
+    writer.close()
+    text = path.read_text()
+    assert str(ROOT) not in text and sys.prefix not in text
+    back = records.read(path)
+    assert back[0]["python_executable"].startswith(("<venv>/", "<python>/"))
+    assert back[1]["message"].startswith("inline in skipfiles: cases/test_f.py | inner <")
