@@ -6,12 +6,15 @@
     nox -t cpu -l            a group by tag: cpu, cuda, registry, latest, oldest, nightly
     nox -s cpu_torch25       run the cases with torch 2.5 on CPU; results/cpu_torch25.jsonl and .xml
     nox -s cpu_torch25 -- cases/test_checkpoint.py -k plain     narrow it, as with pytest
+    nox -s cpu_torch25 -- --fresh              run every case afresh (by default a full session reuses
+                                               the records of the last run that nothing has changed for)
     nox -s cuda12_torch25 -- --collect-only   build, check the pins and collect, without a GPU
     nox -s tests             the harness's own test suite
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import sys
@@ -21,6 +24,7 @@ import nox
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # nox does not put it there
 
 from harness import envcheck, matrix, sessions
+from harness.outcomes import OUTCOMES
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -77,8 +81,20 @@ def run_cases(session: nox.Session, spec: matrix.Session) -> None:
         session.log(f"installing with {name}={value} from the environment (recorded in the results)")
     install_pins(session, spec)
     session.run("python", "-m", "harness", "check-env", spec.name, *(["--no-gpu"] if collect_only else []))
-    session.run("python", *sessions.pytest_args(spec, session.posargs),
-                env=sessions.run_env(spec, session.virtualenv.location))
+    env = sessions.run_env(spec, session.virtualenv.location)
+    args = [a for a in session.posargs if a != sessions.FRESH]
+    if not args:  # the full session: reuse what nothing has changed for (harness/reuse.py)
+        plan = pathlib.Path(session.virtualenv.location) / "reuse-plan.json"
+        plan.unlink(missing_ok=True)
+        session.run("python", "-m", "harness.reuse", spec.name, "--plan", str(plan),
+                    *(["--fresh"] if sessions.FRESH in session.posargs else []), env=env)
+        targets = json.loads(plan.read_text())["run"]
+        if not targets:  # every record reused: the results file is written
+            if any(OUTCOMES[r["outcome"]].fails_session for r in json.loads(plan.read_text())["carried"]):
+                session.error("cases fail (their records were carried over from the last run)")
+            return
+        args = [*targets, f"--reuse-plan={plan}"]
+    session.run("python", *sessions.pytest_args(spec, args), env=env)
 
 
 def _define(spec: matrix.Session) -> None:

@@ -19,26 +19,29 @@ def check_env(args) -> int:
 
 
 def report(args) -> int:
+    """Write the report; its exit status is the nightly's: 1 for each reason printed (an expected
+    session without a complete results file; a regression or a new failing case against the
+    baseline unless --no-fail-on-regression), 2 for bad input (nothing written)."""
+    import re
+
     from harness import report as reporting
 
-    data = reporting.build(args.dirs or ["results"], args.baseline)
-    out = pathlib.Path(args.out or (args.dirs or ["results"])[0])
+    dirs = args.dirs or ["results"]
+    expect = list(dict.fromkeys(name for item in args.expect or [] for name in re.split(r"[,\s]+", item) if name))
+    data = reporting.build(dirs, args.baseline, expect=expect, fail_on_regression=args.fail_on_regression)
+    out = pathlib.Path(args.out or dirs[0])
     for path in reporting.write(data, out):
         print(f"wrote {path}")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as handle:
             handle.write(reporting.summary_markdown(data) + "\n")
-    regressed = [r for r in (data["baseline"] or {}).get("rows", []) if r["status"] == "regressed"]
-    incomplete = [s["name"] for s in data["sessions"] if not s["complete"]]
-    if incomplete:
-        print(f"incomplete sessions: {', '.join(incomplete)}")
-    if regressed:
-        print(f"{len(regressed)} regression(s) against the baseline:")
-        for row in regressed:
-            print(f"  {row['session']}: {row['case']}: {row['baseline']} -> {row['now']} {row['message']}")
-        return 1 if args.fail_on_regression else 0
-    return 0
+    result = data["verdict"]
+    for note in result["notes"]:
+        print(f"note: {note}")
+    for reason in result["reasons"]:
+        print(f"fails: {reason}")
+    return result["status"]
 
 
 def repro(args) -> int:
@@ -65,8 +68,11 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("dirs", nargs="*", metavar="DIR", help="directories of *.jsonl results (default: results)")
     rep.add_argument("--baseline", nargs="+", metavar="DIR", help="results of an earlier run to compare with")
     rep.add_argument("--out", metavar="DIR", help="where the report goes (default: the first DIR)")
+    rep.add_argument("--expect", nargs="+", metavar="SESSION", default=[],
+                     help="sessions that should have produced results: exit 1 when one has no results file or is "
+                          "incomplete (names may also be comma-separated; put DIRs before this option)")
     rep.add_argument("--no-fail-on-regression", dest="fail_on_regression", action="store_false",
-                     help="exit 0 even when a case regressed against the baseline")
+                     help="exit 0 even when, against the baseline, a case regressed or a new case fails")
     rep.set_defaults(func=report)
     rpr = commands.add_parser("repro", help="write one case as a short standalone script, run it, print an issue")
     rpr.add_argument("case", metavar="CASE_ID", nargs="?",

@@ -26,6 +26,9 @@ def pytest_addoption(parser):
                     help="run a failing case this many more times; attempts that disagree make it `flaky` "
                          "(default $HARNESS_RERUNS or 1; pytest-rerunfailures' --reruns and flaky marker "
                          "set it too where that plugin is installed)")
+    group.addoption("--reuse-plan", default=None, metavar="PATH",
+                    help="written by `python -m harness.reuse` (nox sessions): records to carry over from the "
+                         "last run into this one, and the reuse keys to keep")
     group.addoption("--memory-limit", default=os.environ.get("HARNESS_MEMORY_LIMIT", "75%"),
                     help="data memory of each process that runs cases: N%% of this machine's memory shared "
                          "by the workers, or a size such as 8G; 0 for none. A case that exceeds it is "

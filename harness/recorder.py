@@ -107,6 +107,8 @@ class ResultsRecorder:
         # The file itself is opened with the first record: a run that records nothing
         # (a usage error, nothing collected) leaves an earlier file where it was.
         self.environment = EnvironmentProbe(self.name)
+        plan = self.config.getoption("reuse_plan")
+        self.plan = json.loads(pathlib.Path(plan).read_text()) if plan else None
         self.started = time.time()
         self.worker_dir = pathlib.Path(tempfile.mkdtemp(prefix=f"harness-{self.name}-"))
 
@@ -156,7 +158,10 @@ class ResultsRecorder:
                 self.writer = records.ResultsWriter(self.path)
             except records.ResultsError as exc:
                 raise pytest.UsageError(str(exc)) from None
-            self.writer.write(self.environment.result())
+            environment = self.environment.result()
+            if self.plan is not None:
+                environment["reuse_keys"] = self.plan["keys"]
+            self.writer.write(environment)
         self.writer.write(record)
 
     def pytest_runtest_logreport(self, report):
@@ -197,12 +202,19 @@ class ResultsRecorder:
             return
         for nodeid in list(self.pending):  # reported but never torn down
             self._finish(nodeid)
+        carried = self.plan["carried"] if self.plan else []
+        for record in carried:  # measured in an earlier run; each says which
+            self.counts[record["outcome"]] = self.counts.get(record["outcome"], 0) + 1
+            self._write({k: v for k, v in record.items() if k != "schema"})
+        if any(OUTCOMES[r["outcome"]].fails_session for r in carried) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a failure stays one when it is carried over
         if self.writer is None:
             return
         self.writer.write({
             "kind": "end",
             "exitstatus": int(session.exitstatus),
             "counts": self.counts,
+            "reused": len(carried),
             "seconds": round(time.time() - self.started, 2),
         })
         self.writer.close()

@@ -176,6 +176,7 @@ def case_options(spec: matrix.Session) -> list[str]:
 
 
 COLLECT_ONLY = ("--collect-only", "--co")
+FRESH = "--fresh"  # after `--`: reuse nothing from the last run (harness/reuse.py)
 
 
 def collect_only(args) -> bool:

@@ -1,0 +1,187 @@
+"""Carrying results over: a case's record from the last run is reused when, and only when, nothing
+it depends on has changed since.
+
+What a case depends on is keyed per family (one case file): the exact set of distributions installed
+in the session's environment, its interpreter, the machine facts compiled code depends on (the CPU
+model and the C++ compiler inductor builds with; the GPU and its driver for a CUDA session), the
+family's file and cases/conftest.py, every harness module that runs in a session, and the options
+that change outcomes (time limit, reruns, memory limit). The keys of a run are kept in its
+environment record (`reuse_keys`); a family whose key is unchanged has its records carried over,
+each saying which run and commit measured it (`reused_from`). `error` and `flaky` records are never
+carried: those cases run again. A run that finished (its `end` record) of the full session is a
+source; a run narrowed by pytest arguments neither reuses nor is reused.
+
+    python -m harness.reuse SESSION --plan PATH [--fresh]     (in the session's venv, before pytest)
+
+writes the plan (the families and cases to run, the records to carry) to PATH; when nothing needs to
+run, it writes the session's results file itself (and its JUnit file), and pytest need not start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import importlib.metadata
+import json
+import os
+import pathlib
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+from harness import junit, matrix, records, sessions
+from harness.outcomes import OUTCOMES
+
+ROOT = sessions.ROOT
+NOT_CARRIED = {"error", "flaky"}
+REUSE_FROM_ENV = "HARNESS_REUSE_FROM"  # a directory of results files to reuse from (default: the results dir)
+FRESH_ENV = "HARNESS_FRESH"
+# Harness modules that never run in a session: a change to them re-runs nothing.
+OFFLINE_MODULES = {"__main__.py", "bisect.py", "junit.py", "report.py", "repro.py", "reuse.py"}
+
+
+def _digest(data) -> str:
+    text = data if isinstance(data, (bytes, str)) else json.dumps(data, sort_keys=True)
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()[:16]
+
+
+def installed_distributions() -> list[str]:
+    names = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            names[name.lower()] = f"{name}=={dist.version}"
+    return [names[key] for key in sorted(names)]
+
+
+def _first_line(command: list[str]) -> str | None:
+    if not shutil.which(command[0]):
+        return None
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (done.stdout.strip().splitlines() or [None])[0]
+
+
+def machine(spec: matrix.Session) -> dict:
+    """What compiled code depends on besides the environment."""
+    cpu = next((line.split(":", 1)[1].strip() for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if os.path.exists("/proc/cpuinfo") else \
+        platform.processor()
+    facts = {"cpu": cpu, "machine": platform.machine(), "compiler": _first_line([os.environ.get("CXX", "g++"), "--version"])}
+    if spec.device == "cuda":
+        facts["gpu"] = _first_line(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    return facts
+
+
+def harness_sources() -> str:
+    files = sorted(p for p in (ROOT / "harness").glob("*.py") if p.name not in OFFLINE_MODULES)
+    return _digest({p.name: _digest(p.read_bytes()) for p in files})
+
+
+def options(spec: matrix.Session) -> dict:
+    """The options of a session's run that change outcomes."""
+    return {"case_timeout": spec.case_timeout, "reruns": os.environ.get("HARNESS_RERUNS", "1"),
+            "memory_limit": os.environ.get("HARNESS_MEMORY_LIMIT", "75%")}
+
+
+def family_files() -> dict[str, pathlib.Path]:
+    return {p.stem[len("test_"):]: p for p in sorted((ROOT / "cases").glob("test_*.py"))}
+
+
+def family_keys(spec: matrix.Session) -> dict[str, str]:
+    """The reuse key of each family, computed in the session's environment."""
+    shared = {"distributions": installed_distributions(), "python": platform.python_implementation() + " " +
+              platform.python_version(), "machine": machine(spec), "conftest": _digest((ROOT / "cases" / "conftest.py")
+                                                                                       .read_bytes()),
+              "harness": harness_sources(), "options": options(spec)}
+    return {family: _digest({**shared, "family": _digest(path.read_bytes())}) for family, path in family_files().items()}
+
+
+def source(directory: pathlib.Path, session: str) -> list[dict]:
+    """The records of the session's last run in `directory` if it can be reused from: it finished,
+    ran the full session and kept its keys; else nothing."""
+    path = directory / f"{session}.jsonl"
+    if not path.is_file():
+        return []
+    try:
+        found = records.read(path)
+    except records.ResultsError:
+        return []
+    return found if found[-1]["kind"] == "end" and found[0].get("reuse_keys") else []
+
+
+def plan(spec: matrix.Session, directory: pathlib.Path, fresh: bool = False) -> dict:
+    """Which families and cases run, and which records are carried over."""
+    keys = family_keys(spec)
+    previous = [] if fresh else source(directory, spec.name)
+    previous_keys = previous[0].get("reuse_keys", {}) if previous else {}
+    origin = previous[0].get("reused_from") or {"started": previous[0].get("started"),
+                                                 "git_commit": previous[0].get("git_commit")} if previous else None
+    carried, run = [], []
+    for family, path in family_files().items():
+        relative = path.relative_to(ROOT).as_posix()
+        if keys[family] != previous_keys.get(family):
+            run.append(relative)
+            continue
+        for record in (r for r in previous if r["kind"] == "case" and r["family"] == family):
+            if record["outcome"] in NOT_CARRIED:
+                run.append(record["nodeid"])
+            else:
+                carried.append({**record, "reused_from": record.get("reused_from") or origin})
+    return {"session": spec.name, "keys": keys, "run": run, "carried": carried,
+            "previous_environment": previous[0] if previous else None}
+
+
+def carry_everything(the_plan: dict, path: pathlib.Path) -> None:
+    """The results file of a run that ran nothing: its environment as the reused run measured it,
+    this run's start and commit, and every record carried over."""
+    from harness.environment import git_commit
+
+    previous = the_plan["previous_environment"]
+    reused_from = previous.get("reused_from") or {"started": previous.get("started"),
+                                                  "git_commit": previous.get("git_commit")}
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    writer = records.ResultsWriter(path)
+    writer.write({**{k: v for k, v in previous.items() if k != "schema"}, "started": now,
+                  "git_commit": git_commit(), "reuse_keys": the_plan["keys"], "reused_from": reused_from})
+    counts: dict[str, int] = {}
+    for record in the_plan["carried"]:
+        writer.write({k: v for k, v in record.items() if k != "schema"})
+        counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
+    writer.write({"kind": "end", "exitstatus": exit_status(the_plan["carried"]), "counts": counts,
+                  "reused": len(the_plan["carried"]), "seconds": 0})
+    writer.close()
+    junit.write(path.with_suffix(".xml"), records.read(path))
+
+
+def exit_status(carried: list[dict]) -> int:
+    """What pytest would have exited with: 1 when a case has an outcome that fails a session."""
+    return int(any(OUTCOMES[r["outcome"]].fails_session for r in carried))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.reuse")
+    parser.add_argument("session")
+    parser.add_argument("--plan", required=True, metavar="PATH", help="where the plan goes (JSON)")
+    parser.add_argument("--fresh", action="store_true", help="reuse nothing (the keys are still kept)")
+    args = parser.parse_args(argv)
+    spec = matrix.find(args.session)
+    results = records.results_dir(ROOT / "results")
+    fresh = args.fresh or os.environ.get(FRESH_ENV, "") not in ("", "0")
+    the_plan = plan(spec, pathlib.Path(os.environ.get(REUSE_FROM_ENV) or results), fresh)
+    pathlib.Path(args.plan).write_text(json.dumps(the_plan, default=str))
+    run = ", ".join(re.sub(r"^cases/test_|\.py$", "", t) for t in the_plan["run"]) or "nothing"
+    print(f"{spec.name}: {len(the_plan['carried'])} records reused"
+          + (" (fresh run)" if fresh else "") + f"; to run: {run}", file=sys.stderr)
+    if not the_plan["run"]:
+        carry_everything(the_plan, results / f"{spec.name}.jsonl")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
