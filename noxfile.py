@@ -18,6 +18,7 @@ import json
 import os
 import pathlib
 import sys
+import tempfile
 
 import nox
 
@@ -84,8 +85,9 @@ def run_cases(session: nox.Session, spec: matrix.Session) -> None:
     env = sessions.run_env(spec, session.virtualenv.location)
     args = [a for a in session.posargs if a != sessions.FRESH]
     if not args:  # the full session: reuse what nothing has changed for (harness/reuse.py)
-        plan = pathlib.Path(session.virtualenv.location) / "reuse-plan.json"
-        plan.unlink(missing_ok=True)
+        handle, name = tempfile.mkstemp(prefix=f"reuse-plan-{spec.name}-", suffix=".json")
+        os.close(handle)
+        plan = pathlib.Path(name)
         session.run("python", "-m", "harness.reuse", spec.name, "--plan", str(plan),
                     *(["--fresh"] if sessions.FRESH in session.posargs else []), env=env)
         targets = json.loads(plan.read_text())["run"]

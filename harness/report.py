@@ -417,7 +417,8 @@ def verdict(data: dict, expect=(), fail_on_regression: bool = True) -> dict:
             what = {"regressed": "regressed", "new": "new case fails",
                     "newly failing": "fails, skipped or flaky in the baseline"}[row["status"]]
             message = _first_line(row["message"], 200)
-            text = f"{row['session']}: {row['case']}: {what}: {row['baseline']} -> {row['now']}" + (
+            change = row["now"] if row["status"] == "new" else f"{row['baseline']} -> {row['now']}"
+            text = f"{row['session']}: {row['case']}: {what}: {change}" + (
                 f" ({message})" if message else "")
             (reasons if fail_on_regression else notes).append(text)
     if not fail_on_regression and data["baseline"] is not None:
@@ -488,12 +489,12 @@ def summary_text(data: dict) -> str:
     incomplete = [s["name"] for s in sessions if not s["complete"]]
     if incomplete:
         parts.append(f"Incomplete: {', '.join(incomplete)}.")
-    failing = data["failures"]["failing"]
+    failing = len({f["case"] for f in data["failures"]["failing"]})
+    differences = sum(len(e["differences"]) for e in data["other_environments"])
+    declared = _plural(len(data["failures"]["declared"]), "known bug or limitation", "known bugs or limitations")
     parts.append(f"{_plural(len(data['transitions']), 'transition')} between torch versions, "
-                 f"{_plural(sum(len(e['differences']) for e in data['other_environments']), 'difference')} in other "
-                 f"environments of a row, {_plural(len({f['case'] for f in failing}), 'case')} failing on the latest "
-                 f"torch, {_plural(len(data['failures']['declared']), 'known bug or limitation', 'known bugs or limitations')}"
-                 f" referenced.")
+                 f"{_plural(differences, 'difference')} in other environments of a row, "
+                 f"{_plural(failing, 'case')} failing on the latest torch, {declared} referenced.")
     baseline = data["baseline"]
     if baseline is not None:
         changes = ", ".join(f"{n} {status}" for status, n in baseline["counts"].items() if n) or "no change"
@@ -617,8 +618,8 @@ def render_markdown(data: dict) -> str:
         declared = [c for c in group["cases"] if c["outcome"] in DECLARED]
         fixed = [c for c in group["cases"] if c["outcome"] == "fixed"]
         where = _case_list_md(declared)
-        text = (f"- {SYMBOLS[group['kind']]} {_md_ref(group['ref'])}: {_plural(len({c['case'] for c in declared}), 'case')}"
-                f" — {where}")
+        count = _plural(len({c["case"] for c in declared}), "case")
+        text = f"- {SYMBOLS[group['kind']]} {_md_ref(group['ref'])}: {count} — {where}"
         if fixed:
             text += f"; no longer reproduces ({SYMBOLS['fixed']}) in {_case_list_md(fixed)}"
         out.append(text)
@@ -641,7 +642,8 @@ def render_markdown(data: dict) -> str:
             out.append("")
 
     out += ["## Sessions", "", "| session | torch | Python | Lightning | CUDA | state | " +
-            " | ".join(SYMBOLS[o] + " " + o for o in SYMBOLS) + f" | {ABSENT_SYMBOL} {ABSENT_TEXT} | {REUSED_MARK} reused |",
+            " | ".join(SYMBOLS[o] + " " + o for o in SYMBOLS) +
+            f" | {ABSENT_SYMBOL} {ABSENT_TEXT} | {REUSED_MARK} reused |",
             "|---" * (8 + len(SYMBOLS)) + "|"]
     expected_missing = [n for n in data["expected"] if n not in {s["name"] for s in sessions}]
     for s in sessions:
@@ -696,7 +698,8 @@ def _e(text) -> str:
 
 
 def _h_outcome(outcome: str) -> str:
-    return f'<span class="chip o-{outcome.replace(" ", "-")}" title="{_e(MEANING[outcome])}">{_e(CELL_TEXT[outcome])}</span>'
+    return (f'<span class="chip o-{outcome.replace(" ", "-")}" title="{_e(MEANING[outcome])}">'
+            f"{_e(CELL_TEXT[outcome])}</span>")
 
 
 def _h_case(case: str, session: str) -> str:
@@ -722,7 +725,8 @@ def _h_sections(data: dict) -> str:
     result = data["verdict"]
     verdict_md = verdict_markdown(data)
     status_line = verdict_md[0].replace("**", "")
-    parts.append(f'<section id="verdict" class="{"red" if result["reasons"] else "green"}"><strong>{_e(status_line)}</strong>')
+    colour = "red" if result["reasons"] else "green"
+    parts.append(f'<section id="verdict" class="{colour}"><strong>{_e(status_line)}</strong>')
     if result["reasons"] or result["notes"]:
         parts.append("<ul>" + "".join(f"<li>{_e(r)}</li>" for r in result["reasons"])
                      + "".join(f'<li class="note">note: {_e(n)}</li>' for n in result["notes"]) + "</ul>")
@@ -732,7 +736,8 @@ def _h_sections(data: dict) -> str:
     changes = data["transitions"]
     parts.append('<section id="transitions"><h2>Transitions between torch versions</h2>'
                  '<p class="hint">Along each device\'s plain sessions; a labelled environment of a row is no step '
-                 '(see <a href="#other-environments">other environments of a row</a>). Click a case for its record.</p>')
+                 '(see <a href="#other-environments">other environments of a row</a>). '
+                 "Click a case for its record.</p>")
     if not changes:
         parts.append("<p>No case changes outcome across torch versions.</p>")
     open_all = len(changes) <= 40
@@ -799,7 +804,8 @@ def _h_sections(data: dict) -> str:
             parts.append(f"<li>{_h_outcome(group['kind'])} {_h_ref(group['ref'])}: "
                          f"{_plural(len({c['case'] for c in declared}), 'case')}"
                          + (f", no longer reproduces in {len(fixed)}" if fixed else "")
-                         + f'<details><summary>cases</summary><ul>{cases}</ul></details></li>')
+                         + f'<details{" open" if len(declared + fixed) <= 4 else ""}><summary>cases</summary>'
+                         f"<ul>{cases}</ul></details></li>")
         parts.append("</ul>")
     parts.append("</section>")
 
@@ -811,35 +817,41 @@ def _h_sections(data: dict) -> str:
         if baseline["missing_now"]:
             parts.append(f"<p>In the baseline, no results now: {_e(', '.join(baseline['missing_now']))}.</p>")
         if baseline["not_in_baseline"]:
-            parts.append(f"<p>Not in the baseline (nothing to compare): {_e(', '.join(baseline['not_in_baseline']))}.</p>")
+            names = ", ".join(baseline["not_in_baseline"])
+            parts.append(f"<p>Not in the baseline (nothing to compare): {_e(names)}.</p>")
         if baseline["rows"]:
-            rows = [[_e(r["session"]), _h_case(r["case"], r["session"]), f'<strong class="st-{r["status"].replace(" ", "-")}">'
-                     f'{_e(r["status"])}</strong>', _h_outcome(r["baseline"]), _h_outcome(r["now"]),
+            rows = [[_e(r["session"]), _h_case(r["case"], r["session"]),
+                     f'<strong class="st-{r["status"].replace(" ", "-")}">{_e(r["status"])}</strong>',
+                     _h_outcome(r["baseline"]), _h_outcome(r["now"]),
                      f'<span class="msg">{_e(_first_line(r["message"]))}</span>'] for r in baseline["rows"]]
             parts.append(_h_table(["session", "case", "status", "baseline", "now", "message"], rows))
         parts.append("</section>")
 
     # sessions
+    shown = [o for o in SYMBOLS if any(s["counts"].get(o, 0) - (s["absent"] if o == "skip" else 0)
+                                        for s in data["sessions"])]  # outcomes that occur
     head = ["session", "torch", "Python", "Lightning", "state"] + [
-        _h_outcome(o) for o in SYMBOLS] + [f'<span class="chip absent">{ABSENT_TEXT}</span>', "reused"]
+        _h_outcome(o) for o in shown] + [f'<span class="chip absent">{ABSENT_TEXT}</span>', "reused"]
     rows = []
     for s in data["sessions"]:
         counts = {**s["counts"], "skip": s["counts"].get("skip", 0) - s["absent"]}
         state = _e(s["state"]) if s["complete"] else f'<strong class="warn">{_e(s["state"])}</strong>'
         rows.append([_e(s["name"]), f'<span title="CUDA {_e(s["cuda"] or "-")}">{_e(s["torch"])}</span>',
-                     _e(s["python"] or "-"), _e(s["lightning"]), state, *(str(counts.get(o, 0) or "") for o in SYMBOLS), str(s["absent"] or ""),
+                     _e(s["python"] or "-"), _e(s["lightning"]), state, *(str(counts.get(o, 0) or "") for o in shown),
+                     str(s["absent"] or ""),
                      str(s["reused"] or "")])
     for name in data["expected"]:
         if name not in {s["name"] for s in data["sessions"]}:
             rows.append([_e(name), "-", "-", "-", '<strong class="warn">no results file</strong>',
-                         *([""] * (len(SYMBOLS) + 2))])
+                         *([""] * (len(shown) + 2))])
     parts.append('<section id="sessions"><h2>Sessions</h2>' + _h_table(head, rows, "counts") + "</section>")
     return "\n".join(parts)
 
 
 def _h_folded(data: dict) -> str:
     folded = data["folded"]
-    items = "".join(f"<li><code>{_e(c)}</code></li>" for c in folded) or "<li>None: every case ran on some session's device.</li>"
+    items = ("".join(f"<li><code>{_e(c)}</code></li>" for c in folded)
+             or "<li>None: every case ran on some session's device.</li>")
     return (f'<details id="folded"><summary>{_plural(len(folded), "case")} did not run on any session\'s device '
             f"(folded)</summary><p class=\"hint\">Every record of these says the device was absent on the session's "
             f"machine (e.g. a CUDA case on a CPU session).</p><ul>{items}</ul></details>")
@@ -853,7 +865,8 @@ def render_html(data: dict) -> str:
                           "symbols": CELL_TEXT, "meaning": MEANING, "links": links,
                           "absent": {"text": ABSENT_TEXT, "symbol": ABSENT_SYMBOL}}, default=str)
     nav = [("transitions", f"Transitions ({len(data['transitions'])})"),
-           ("other-environments", f"Other environments ({sum(len(e['differences']) for e in data['other_environments'])})"),
+           ("other-environments",
+            f"Other environments ({sum(len(e['differences']) for e in data['other_environments'])})"),
            ("failures", f"Failures ({len(data['failures']['failing'])})"),
            *([("baseline", f"Baseline ({len(data['baseline']['rows'])})")] if data["baseline"] is not None else []),
            ("sessions", f"Sessions ({len(data['sessions'])})"),
@@ -864,11 +877,11 @@ def render_html(data: dict) -> str:
         "<!--NAV-->": " ".join(f'<a href="#{anchor}">{_e(text)}</a>' for anchor, text in nav),
         "<!--SECTIONS-->": _h_sections(data),
         "<!--FOLDED-->": _h_folded(data),
+        # Inside <script>, no "</script" or "<!--" may appear: every "<" as its JSON escape.
+        "/*DATA*/null": payload.replace("<", "\\u003c"),
     }
-    for marker, text in filled.items():
-        template = template.replace(marker, text)
-    # Inside <script>, "</" must not close the element.
-    return template.replace("/*DATA*/null", payload.replace("</", "<\\/"))
+    # One pass: what one marker brings in is never taken for another marker.
+    return re.sub("|".join(map(re.escape, filled)), lambda match: filled[match[0]], template)
 
 
 def summary_markdown(data: dict) -> str:
@@ -886,6 +899,9 @@ def _write_atomically(path: pathlib.Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary new file: mkstemp's are private
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     fresh = args.fresh or os.environ.get(FRESH_ENV, "") not in ("", "0")
     the_plan = plan(spec, pathlib.Path(os.environ.get(REUSE_FROM_ENV) or results), fresh)
     pathlib.Path(args.plan).write_text(json.dumps(the_plan, default=str))
-    run = ", ".join(re.sub(r"^cases/test_|\.py$", "", t) for t in the_plan["run"]) or "nothing"
+    run = ", ".join(t if "::" in t else re.sub(r"^cases/test_|\.py$", "", t) for t in the_plan["run"]) or "nothing"
     print(f"{spec.name}: {len(the_plan['carried'])} records reused"
           + (" (fresh run)" if fresh else "") + f"; to run: {run}", file=sys.stderr)
     if not the_plan["run"]:

@@ -1,4 +1,8 @@
+import os
 import pathlib
+import shutil
+import subprocess
+import sys
 
 import torch
 
@@ -11,3 +15,24 @@ torch._dynamo.reset()
 pytest_plugins = ["pytester"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def copy_project(target: pathlib.Path) -> pathlib.Path:
+    """The noxfile, harness and cases in `target`: a project whose files a test may change."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("cases", "harness"):
+        shutil.copytree(ROOT / folder, target / folder, ignore=ignore)
+    for name in ("noxfile.py", "pyproject.toml"):
+        shutil.copy2(ROOT / name, target / name)
+    return target
+
+
+def run_nox(project: pathlib.Path, *args, results=None, env=None, timeout=3600):
+    """Real nox on `project`'s noxfile, with the checkout's session venvs (.nox)."""
+    environ = {**os.environ, **(env or {})}
+    environ.pop("HARNESS_SESSION", None)
+    if results is not None:
+        environ["HARNESS_RESULTS_DIR"] = str(results)
+    return subprocess.run([sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "--envdir",
+                           str(ROOT / ".nox"), *args], cwd=project, capture_output=True, text=True,
+                          timeout=timeout, env=environ)

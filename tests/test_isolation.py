@@ -7,16 +7,13 @@ the sessions broken. The last test plants faults in a real family and runs `nox 
 
 import ast
 import json
-import os
-import shutil
-import subprocess
 import sys
 import time
 
 import pytest
 
 from harness import matrix, records, sessions
-from tests.conftest import ROOT
+from tests.conftest import ROOT, copy_project, run_nox
 
 SESSION = matrix.find("cpu_torch215")
 
@@ -199,23 +196,9 @@ def plant_faults(source: str) -> str:
     return "".join(out)
 
 
-def copy_project(target):
-    """The noxfile, harness and cases in `target`: a project to plant faults in."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("cases", "harness"):
-        shutil.copytree(ROOT / folder, target / folder, ignore=ignore)
-    for name in ("noxfile.py", "pyproject.toml"):
-        shutil.copy2(ROOT / name, target / name)
-    return target
-
-
 def nox_session(project, name, results, *args):
-    env = {**os.environ, records.RESULTS_ENV: str(results)}
-    env.pop("HARNESS_SESSION", None)
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "-s", name,
-                           "--envdir", str(ROOT / ".nox"), "--", *args],
-                          cwd=project, capture_output=True, text=True, timeout=3600, env=env)
+    done = run_nox(project, "-s", name, "--", *args, results=results)
     return done, time.monotonic() - start
 
 
