@@ -114,9 +114,9 @@ def dispatch_tags():
 
 @pytest.fixture(scope="module")
 def all_sessions():
-    result = nox("-l", "--json")
+    result = nox("-l", "--json", "-t", "cpu", "cuda")
     assert result.returncode == 0, result.stderr
-    # -l lists what plain `nox` runs: the ones left out of that (tests, report) by name.
+    # --json lists the selected sessions: the matrix by its tags, the others by name.
     names = {entry["session"] for entry in json.loads(result.stdout)}
     for name in ("tests", "report"):
         result = nox("-l", "--json", "-s", name)
@@ -127,7 +127,7 @@ def all_sessions():
 
 def test_every_session_the_workflows_run_exists(all_sessions):
     found = referenced("-s")
-    assert {name for _, name in found} >= {"tests", "cpu_torch213", "report"}
+    assert {name for _, name in found} >= {"tests", "report"}
     missing = sorted((path, name) for path, name in found if name not in all_sessions)
     assert not missing, f"sessions not in `nox -l --json`: {missing}"
 
@@ -185,8 +185,8 @@ NOW = {"cpu_torch24": ("2.4.1", {A: "pass", B: "pass"}), "cpu_torch25": ("2.5.1"
 BEFORE = {"cpu_torch25": ("2.5.1", {A: "pass", B: "pass"}), "cuda12_torch25": ("2.5.1+cu124", {A: "pass", B: "known"})}
 
 
-def aggregate(results, baseline, out, github_output):
-    return subprocess.run(["bash", str(SCRIPTS / "aggregate.sh"), str(results), str(baseline), str(out)],
+def aggregate(results, baseline, out, github_output, *report_args):
+    return subprocess.run(["bash", str(SCRIPTS / "aggregate.sh"), str(results), str(baseline), str(out), *report_args],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
                           env=clean_env(GITHUB_OUTPUT=str(github_output)))
 
@@ -227,3 +227,38 @@ def test_aggregate_without_results_is_bad_input(tmp_path):
     result = aggregate(tmp_path / "artifacts", tmp_path / "baseline", tmp_path / "report", tmp_path / "out")
     assert result.returncode == 2
     assert "no results files" in result.stderr
+
+
+def test_aggregate_passes_expected_sessions_to_the_report(tmp_path):
+    # A session the matrix ran but that uploaded nothing (its runner died): the report fails the nightly.
+    for name, (torch, outcomes) in NOW.items():
+        write_session(tmp_path / "artifacts" / f"results-{name}", name, torch, outcomes)
+    result = aggregate(tmp_path / "artifacts", tmp_path / "baseline", tmp_path / "report", tmp_path / "out",
+                       "--expect", *NOW, "cpu_torch26")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cpu_torch26" in result.stdout + result.stderr
+    ok = aggregate(tmp_path / "artifacts", tmp_path / "baseline", tmp_path / "report", tmp_path / "out",
+                   "--expect", *NOW)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+FAKE_GH = """#!/usr/bin/env bash
+# gh run list ... --jq '.[].databaseId'  /  gh api repos/R/actions/runs/ID/artifacts --jq ...
+if [ "$1" = run ]; then printf '%s\\n' 900 800 700 600; exit 0; fi
+case "$2" in
+  */runs/900/*) echo report ;;                # this run: skipped whatever it holds
+  */runs/800/*) echo report ;;                # finished, failed early: no results
+  */runs/700/*) printf 'results-cpu_torch215\\nreport\\n' ;;  # finished red, with results
+  */runs/600/*) echo results-cpu_torch215 ;;
+esac
+"""
+
+
+def test_the_baseline_is_the_last_finished_nightly_that_produced_results(tmp_path):
+    (tmp_path / "gh").write_text(FAKE_GH)
+    (tmp_path / "gh").chmod(0o755)
+    env = clean_env(PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}", GH_REPO="o/r", THIS_RUN="900")
+    done = subprocess.run(["bash", str(SCRIPTS / "previous_nightly.sh")], capture_output=True, text=True,
+                          env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "run=700\n"  # whatever its status: the report alone decides the colour

@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
 # Build the nightly report from downloaded artifacts; runs the same locally on copied inputs.
 #
-#   .github/scripts/aggregate.sh RESULTS_ROOT [BASELINE_DIR] OUT_DIR
+#   .github/scripts/aggregate.sh RESULTS_ROOT BASELINE_DIR OUT_DIR [REPORT_ARGS ...]
 #
 # RESULTS_ROOT and BASELINE_DIR hold results files (*.jsonl) at any depth, e.g. one subdirectory
 # per artifact as actions/download-artifact and `gh run download` lay them out. A missing or
-# empty BASELINE_DIR means no baseline. Runs `nox -s report` (nox from PATH) and writes
-# REPORT.md, report.html, report.json to OUT_DIR, plus regressions.md (REPORT.md's baseline
-# section) when a case regressed. Exits with the report's status: 0, or non-zero on regressions
-# or bad input. With $GITHUB_OUTPUT set, appends regressions=N to it.
+# empty BASELINE_DIR means no baseline. Runs `nox -s report` (nox from PATH) with REPORT_ARGS
+# (e.g. --expect SESSION ...) and writes REPORT.md, report.html, report.json to OUT_DIR, plus
+# regressions.md (REPORT.md's baseline section) when a case regressed. Exits with the report's
+# status: 0, 1 when the report fails the nightly (see its fails: lines), 2 on bad input. With
+# $GITHUB_OUTPUT set, appends regressions=N to it.
 set -euo pipefail
 
-if [ "$#" -eq 2 ]; then
-  set -- "$1" "" "$2"
-elif [ "$#" -ne 3 ]; then
-  echo "usage: $0 RESULTS_ROOT [BASELINE_DIR] OUT_DIR" >&2
+if [ "$#" -lt 3 ]; then
+  echo "usage: $0 RESULTS_ROOT BASELINE_DIR OUT_DIR [REPORT_ARGS ...]" >&2
   exit 2
 fi
 results_root=$1 baseline_root=$2 out=$3
+shift 3
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # Every directory that directly holds a results file (results/previous/ copies are not results).
@@ -45,7 +45,7 @@ mkdir -p "$out"
 out=$(realpath -- "$out")
 
 status=0
-nox -f "$root/noxfile.py" -s report -- "${args[@]}" --out "$out" || status=$?
+nox -f "$root/noxfile.py" -s report -- "${args[@]}" --out "$out" "$@" || status=$?
 
 regressions=0
 if [ -f "$out/report.json" ]; then

@@ -2,7 +2,8 @@
 
     python .github/scripts/matrix.py CPU_JSON CUDA_JSON [--only ONLY_JSON]
 
-Prints `matrix=[{"session": ..., "runner": [labels]}, ...]` and `count=N` for $GITHUB_OUTPUT.
+Prints `matrix=[{"session": ..., "runner": [labels]}, ...]`, `count=N` and `expect=SESSION ...` (the
+sessions whose results the report must find) for $GITHUB_OUTPUT.
 The runner labels come from $CPU_RUNNER and $GPU_RUNNER: a JSON array of labels, a JSON string,
 or one bare label. An empty $GPU_RUNNER leaves the CUDA sessions out (no GPU runner yet).
 --only keeps the sessions that listing also has (the dispatch input's tag).
@@ -51,6 +52,7 @@ def main(argv=None) -> int:
         return 1
     print("matrix=" + json.dumps(matrix, separators=(",", ":")))
     print(f"count={len(matrix)}")
+    print("expect=" + " ".join(entry["session"] for entry in matrix))  # the sessions the report expects
     return 0
 
 
