@@ -1,0 +1,58 @@
+"""The README's set-up and its statements that the code defines: run or compared, not trusted."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from harness.outcomes import OUTCOMES
+from tests.conftest import ROOT, copy_project
+
+README = (ROOT / "README.md").read_text()
+
+
+def block_after(marker: str) -> list[str]:
+    """The lines of the fenced block after `<!-- marker -->`."""
+    text = README.split(f"<!-- {marker} -->", 1)[1]
+    return text.split("```", 2)[1].split("\n", 1)[1].strip().splitlines()
+
+
+def test_the_outcome_table_is_the_one_the_code_defines():
+    rows = block_after_table("outcomes")
+    assert [r[0].strip("`") for r in rows] == list(OUTCOMES)
+    for name, meaning, fails, junit, exit_code in rows:
+        outcome = OUTCOMES[name.strip("`")]
+        assert (meaning, fails, junit, exit_code) == (
+            outcome.meaning, "yes" if outcome.fails_session else "no", outcome.junit,
+            "-" if outcome.exit_code is None else str(outcome.exit_code))
+    failing = [f"`{n}`" for n, o in OUTCOMES.items() if o.fails_session]
+    assert f"A session exits non-zero when a case is {', '.join(failing[:-1])} or {failing[-1]}" in " ".join(README.split())
+
+
+def block_after_table(marker: str) -> list[list[str]]:
+    text = README.split(f"<!-- {marker} -->", 1)[1].strip().splitlines()
+    table = [line for line in text[:text.index("")] if line.startswith("|")] if "" in text else text
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
+
+
+def test_ci_runs_the_test_command_the_readme_gives():
+    setup, = block_after("set-up")
+    test_command = next(line.split("#")[0].strip() for line in block_after("commands") if "tests" in line)
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert setup in ci and test_command in ci
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("/usr/bin/python3") is None, reason="no system Python at /usr/bin/python3")
+def test_the_set_up_works_with_the_system_python_in_one_command(tmp_path):
+    setup, = block_after("set-up")
+    project = copy_project(tmp_path / "project")
+    # The distribution's own interpreter, as on a fresh Debian or Ubuntu (externally managed).
+    command = re.sub(r"^python3 ", "/usr/bin/python3 ", setup)
+    done = subprocess.run(["bash", "-c", command], cwd=project, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    listed = subprocess.run([str(project / ".venv" / "bin" / "nox"), "-l"], cwd=project, capture_output=True,
+                            text=True, timeout=300)
+    assert listed.returncode == 0, listed.stderr
+    assert "* cpu_torch215" in listed.stdout  # the main job, the one plain `nox` runs
