@@ -90,6 +90,8 @@ def run_cases(session: nox.Session, spec: matrix.Session) -> None:
         plan = pathlib.Path(name)
         session.run("python", "-m", "harness.reuse", spec.name, "--plan", str(plan),
                     *(["--fresh"] if sessions.FRESH in session.posargs else []), env=env)
+        if not plan.stat().st_size:
+            return  # `nox --install-only`: nothing was run
         targets = json.loads(plan.read_text())["run"]
         if not targets:  # every record reused: the results file is written
             if any(OUTCOMES[r["outcome"]].fails_session for r in json.loads(plan.read_text())["carried"]):
