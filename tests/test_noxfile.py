@@ -88,6 +88,13 @@ def test_check_env_cli_unknown_session():
 
 
 @pytest.mark.slow
+def test_install_only_builds_and_runs_nothing(tmp_path):
+    result = nox("-s", "cpu_torch215", "--install-only", env={records.RESULTS_ENV: str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
 def test_a_file_after_the_dashes_narrows_the_session(tmp_path):
     result = nox("-s", "cpu_torch215", "--", "cases/test_checkpoint.py", "-k", "plain_checkpoint and eager",
                  env={records.RESULTS_ENV: str(tmp_path)})
