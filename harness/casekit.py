@@ -68,7 +68,7 @@ def run_with_grads(fn, inputs):
     if isinstance(fn, torch.nn.Module):
         fn.zero_grad(set_to_none=True)
     inputs = [x.detach().clone().requires_grad_(x.requires_grad) if torch.is_tensor(x) else x for x in inputs]
-    outputs = [t for t in torch.utils._pytree.tree_leaves(fn(*inputs)) if torch.is_tensor(t)]
+    outputs = [t for t in torch.utils._pytree.tree_flatten(fn(*inputs))[0] if torch.is_tensor(t)]
     if any(o.requires_grad for o in outputs):
         sum(o.float().sum() for o in outputs if o.requires_grad).backward()
     parameters = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
