@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# Compiled against eager: kernels may reorder reductions, so looser than assert_close's float32.
+# Compiled against eager (kernels may reorder reductions): looser than assert_close's float32.
 TOLERANCES = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-7, atol=1e-7),
               torch.bfloat16: dict(rtol=2e-2, atol=2e-2), torch.float16: dict(rtol=1e-2, atol=1e-2)}
 
@@ -102,8 +102,9 @@ class Case:
             self.record(graphs=counters["stats"]["unique_graphs"], graph_breaks=sum(counters["graph_break"].values()))
             for kind, wanted, got in zip(("output", "gradient"), *self.compared):
                 assert len(got) == len(wanted), f"compiled gave {len(got)} {kind}s, eager {len(wanted)}"
+                assert kind == "gradient" or all(expected_dtype in (None, a.dtype) for a in got), \
+                    f"output dtypes {[a.dtype for a in got]}, expected {expected_dtype}"
                 for i, (e, a) in enumerate(zip(wanted, got)):
-                    assert kind == "gradient" or expected_dtype in (None, a.dtype), f"output {i}: {a.dtype}"
                     torch.testing.assert_close(a, e, **(tolerances or TOLERANCES.get(getattr(e, "dtype", None), {})),
                                                msg=lambda m, k=kind, i=i: f"{k} {i}: {m}")
         return self.compared[1][0]

@@ -209,7 +209,10 @@ def statements(source: str, docstrings: bool = True) -> list[Statement]:
                     skip.update(range(body[0].lineno - 1, body[0].end_lineno))
                     if not lines[body[0].end_lineno].strip():  # and the blank line after it
                         skip.add(body[0].end_lineno)
-        text = "\n".join(line for number, line in enumerate(lines[start:node.end_lineno], start) if number not in skip)
+        kept = [line for number, line in enumerate(lines[start:node.end_lineno], start) if number not in skip]
+        if not docstrings and isinstance(node, ast.ClassDef):  # carried classes read as one block
+            kept = [line for line in kept if line.strip()]
+        text = "\n".join(kept)
         uses = set().union(*(_names(child) for child in ast.iter_child_nodes(node) if child not in dropped))
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             defines = {(a.asname or a.name).split(".")[0] for a in node.names}
@@ -258,22 +261,13 @@ def need(dotted):
 
 DECLARED = '''
 def declared(error):
-    """The outcome EXPECTED gives `error` (or an error it was raised from), else None."""
-    chain = []
-    while error is not None and error not in chain:
-        chain += [error]
+    """The outcome EXPECTED gives `error` or an error it was raised from, else None."""
+    while error is not None:
+        names = {n for c in type(error).__mro__ for n in (c.__name__, f"{c.__module__}.{c.__qualname__}")}
+        for outcome, _, raises, pattern in EXPECTED:
+            if names & set(raises) and re.search(pattern or "", str(error)):
+                return outcome
         error = error.__cause__ or error.__context__
-    for outcome, _, names, pattern, _ in EXPECTED:
-        if any(any(n in (c.__name__, f"{c.__module__}.{c.__qualname__}") for c in type(e).__mro__ for n in names)
-               and re.search(pattern or "", str(e)) for e in chain):
-            return outcome
-    return None
-
-
-def passed():
-    """`fixed` when a declared upstream bug of this torch no longer reproduces, else `pass`."""
-    version = tuple(int(p) for p in re.findall(r"\\d+", torch.__version__)[:2])
-    return "fixed" if any(o == "known" and (not s or version >= tuple(map(int, s.split(".")))) for o, _, _, _, s in EXPECTED) else "pass"
 '''
 
 
@@ -299,8 +293,10 @@ def _arguments(info: dict, fixtures: set) -> list[str]:
 
 def build_script(info: dict) -> str:
     """The standalone script of a collected case (see the module docstring)."""
-    found = [s for s in statements(pathlib.Path(info["path"]).read_text())
-             if not (s.is_import and _imported_module(s).split(".")[0] in BLOCKED)]
+    source = pathlib.Path(info["path"]).read_text()
+    own = {s.node.name: s for s in statements(source) if isinstance(s.node, ast.FunctionDef)}  # with docstrings
+    found = [own.get(getattr(s.node, "name", None), s) if getattr(s.node, "name", None) == info["function"] else s
+             for s in statements(source, docstrings=False) if not (s.is_import and _imported_module(s).split(".")[0] in BLOCKED)]
     function = info["function"]
     fixtures = {s.node.name for s in found if isinstance(s.node, ast.FunctionDef) and s.node.name in info["argnames"]
                 and s.node.name != function}
@@ -311,7 +307,10 @@ def build_script(info: dict) -> str:
     kit = [s for s in statements(CASEKIT.read_text(), docstrings=False) if not s.is_import]
     kit_code = needed(kit, {"Case"} | (uses & {"OpLog", "TOLERANCES"}))
     names = {name for s in case_code + kit_code for name in s.uses}
-    expected = [(e["kind"], e["ref"], tuple(e["raises"]), e["match"], e["since"]) for e in info["expected"]]
+    expected = [(e["kind"], e["ref"], tuple(e["raises"]), e["match"]) for e in info["expected"]]
+    # `fixed` when a declared upstream bug of this torch no longer reproduces (harness.outcomes)
+    passed = "fixed" if any(outcomes.Expected(**e).reported_for(info["torch"]) for e in info["expected"]
+                            if e["kind"] == "known") else "pass"
     params = info["params"]
     guards = [f"if {s['condition']}:\n            raise Skip({s['reason']!r})" for s in info["skips"]]
     if "'cuda'" in params.values():
@@ -330,21 +329,20 @@ def build_script(info: dict) -> str:
             imports.append(s.text)
     backend = ast.literal_eval(params["backend"]) if params.get("backend") else "inductor"
     fullgraph = ast.literal_eval(params["fullgraph"]) if params.get("fullgraph") else False
-    header = (f'"""`{info["case"]}` eagerly and under torch.compile (Case.check compares outputs, dtypes and\n'
-              f"gradients; the case's asserts check what the feature does). From torch-compile-matrix, torch {info['torch']}.")
-    header += "".join(f"\nDeclared: {kind} {ref}: raises {', '.join(raises)}" + (f" matching {match!r}" if match else "")
-                      + (f" (torch {since}+)" if since else "") for kind, ref, raises, match, since in expected)
-    parts = [header + '"""', "\n".join(sorted(f"import {m}" for m in stdlib)) + "\n\n" + "\n".join(sorted(imports, key=lambda i: (i.startswith("from "), i)))]
-    if expected:
-        parts.append("# Failures the matrix declares: (outcome, reference, exception names, message pattern, first torch)\n"
-                     f"EXPECTED = {expected!r}")
+    header = (f'"""`{info["case"]}`, eager against torch.compile (torch-compile-matrix, torch {info["torch"]}).\n'
+              "Case.check compares outputs, dtypes and gradients; the case's asserts check what the feature does.\n")
+    parts = [header + '"""', f"import {', '.join(sorted(stdlib))}\n\n" +
+             "\n".join(sorted(imports, key=lambda i: (i.startswith("from "), i)))]
+    if expected:  # the failures the matrix declares for this case
+        listed = "".join(f"\n    {e!r}," for e in expected) + "\n" if len(expected) > 1 else repr(expected[0])
+        parts.append(f"EXPECTED = [{listed}]  # (outcome, reference, exception names, message pattern)")
     if skips:
         parts.append(SKIP.strip() + ("\n\n\n" + NEED.strip() if "need" in uses else ""))
     parts += [s.text for s in kit_code] + [s.text for s in case_code if not s.is_import]
     if expected:
         parts.append(DECLARED.strip())
     call = f"{function}({', '.join(_arguments(info, fixtures))})"
-    reachable = {"pass", "fail"} | ({"skip"} if skips else set()) | ({"fixed", *(e[0] for e in expected)} if expected else set())
+    reachable = {passed, "fail"} | ({"skip"} if skips else set()) | {e[0] for e in expected}
     exit_codes = {name: o.exit_code for name, o in outcomes.OUTCOMES.items() if name in reachable}
     main = [
         'if __name__ == "__main__":',
@@ -353,13 +351,12 @@ def build_script(info: dict) -> str:
         "    try:",
         *[f"        {g}" for g in guards],
         f"        {call}",
-        f"        outcome = {'passed()' if expected else repr('pass')}",
+        f"        outcome = {passed!r}",
         *(["    except Skip as reason:", "        outcome = f'skip: {reason}'"] if skips else []),
         "    except Exception as error:",
         "        traceback.print_exc(file=sys.stdout)",
         f"        outcome = {'declared(error) or ' if expected else ''}'fail'",
-        "    print('figures:', case.metrics)",
-        "    print(f'OUTCOME: {outcome} (torch {torch.__version__})')",
+        "    print('figures:', case.metrics, f'\\nOUTCOME: {outcome} (torch {torch.__version__})')",
         f"    sys.exit({exit_codes!r}[outcome.split(':')[0]])",
     ]
     text = "\n\n".join(p.strip("\n") for p in parts) + "\n\n" + "\n".join(main) + "\n"  # one blank line: short
@@ -545,7 +542,7 @@ def check_session(args) -> int:
     0 when every outcome matches and every script is at most MAX_LINES lines."""
     python, session = _session_python(args)
     results = records.results_dir(ROOT / "results") / f"{session}.jsonl"
-    recorded = {r["case"]: r["outcome"] for r in records.read(results) if r["kind"] == "case"}
+    recorded = {} if args.no_run else {r["case"]: r["outcome"] for r in records.read(results) if r["kind"] == "case"}
     collected = collect(python, ["*"])
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix=f"repro-{session}-"))
     out.mkdir(parents=True, exist_ok=True)
