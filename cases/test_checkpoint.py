@@ -1,73 +1,131 @@
-"""Activation checkpoint `context_fn` under torch.compile.
+"""Activation checkpointing under torch.compile: is the checkpointed function really recomputed?
 
-Covers `torch.utils.checkpoint.checkpoint` compiled with and without `context_fn`: the plain call,
-a library wrapper that always passes `context_fn=noop_context_fn` (the TransformerEngine pattern of
-NVIDIA/TransformerEngine#890, Dynamo's `CheckpointHigherOrderVariable` does not recognise the no-op
-default and raises `NotImplementedError: checkpoint not implemented for <...> context_fn`), TE's fix
-(`torch._disable_dynamo` on the wrapper, NVIDIA/TransformerEngine#894: a graph break with
-fullgraph=False, an `Unsupported` error with fullgraph=True), a wrapper that passes context_fn only
-when given one, user context_fns (two TorchDispatchModes; plain context managers, which compile
-rejects), selective activation checkpointing (public `create_selective_checkpoint_contexts` from 2.5,
-private `_pt2_selective_checkpoint_context_fn_gen` in 2.2-2.4), the 2.2-2.4 experimental config flag
-that gates any non-default context_fn, `use_reentrant=True`, and the real TE checkpoint where
-transformer_engine is installed. See UPSTREAM.md section 1.
+Each case runs `sigmoid(x @ w)` through `torch.utils.checkpoint.checkpoint` eagerly and compiled,
+and counts the matmuls that backward runs (harness OpLog): eagerly 3, one recompute and two
+gradients (2 without checkpoint). Covered: the plain call, `use_reentrant=True`, an eager checkpoint
+of a compiled function, library wrappers that always pass `context_fn=noop_context_fn` (the
+TransformerEngine pattern, NVIDIA/TransformerEngine#890), TE's fix (`torch._disable_dynamo` on the
+wrapper, NVIDIA/TransformerEngine#894), a wrapper that passes context_fn only when given one, user
+context_fns (are their contexts active, at run time, for the forward and for the recompute?),
+selective activation checkpointing (does the policy decide what backward recomputes?), the 2.2-2.4
+experimental flag, and the real TE checkpoint where it is installed. See UPSTREAM.md section 1.
 """
 
 import contextlib
+import functools
 import inspect
-import unittest.mock
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
-from harness.casekit import need
+from harness.casekit import OpLog, need
 
 NO_GPU = "no CUDA device: torch.cuda.is_available() is False"
+FLAG = "_experimental_support_context_fn_in_torch_utils_checkpoint"  # torch 2.2-2.4
 
-# Refs for documented limitations (the code that raises is the public record).
-GATE_REF = "pytorch/pytorch:torch/_higher_order_ops/wrap.py"  # 2.2-2.4 experimental-flag gate
-MODES_REF = "pytorch/pytorch:torch/utils/checkpoint.py"  # "must generate a tuple of two TorchDispatchModes"
-
+# backend="eager" runs Dynamo's checkpoint op as a plain call: nothing is recomputed (seen on 2.1-2.9;
+# 2.13 recomputes).
+not_recomputed = pytest.mark.upstream_bug(
+    "pytorch/pytorch#160773", raises="AssertionError", match="the checkpointed function was not recomputed")
+EAGER_NOT_RECOMPUTED = pytest.param("eager", marks=not_recomputed)
+# The wrapper's no-op context_fn is not recognised by Dynamo's checkpoint handling. torch 2.1 has
+# no context_fn handling there at all: it puts the function into the graph ("argument of type").
 te_bug = pytest.mark.upstream_bug(
     "NVIDIA/TransformerEngine#890", raises="NotImplementedError",
-    match=r"checkpoint not implemented for .* context_fn")
-context_fn_gate = pytest.mark.upstream_bug(
-    GATE_REF, raises="AssertionError",
+    match=r"checkpoint not implemented for .* context_fn|argument of type: <class 'function'>")
+# torch < 2.5 traced under an eager checkpoint's saved-tensor hooks (fixed in 2.5 by PR #123196).
+ambient_hooks = pytest.mark.upstream_bug(
+    "pytorch/pytorch#113263", raises="CheckpointError", match="A different number of tensors was saved")
+# Before 2.5 aot_eager and inductor fail while tracing ("FX to symbolically trace a dynamo-optimized
+# function", the same bug), and the failure breaks later checkpoints in the process: not run there.
+traced_under_hooks = pytest.mark.skipif(
+    "tuple(int(p) for p in torch.__version__.split('.')[:2]) < (2, 5)", reason="torch < 2.5: tracing under the eager checkpoint's saved-tensor hooks fails "
+    "(pytorch/pytorch#113263) and leaves later checkpoints in this process broken")
+# Documented limitations: context_fn under compile came with pytorch/pytorch#105489 (behind a flag
+# in 2.2-2.4; torch 2.1 cannot trace a checkpoint given one), and must return TorchDispatchModes.
+context_fn_gate = pytest.mark.limitation(
+    "pytorch/pytorch#105489", raises="AssertionError",
     match="Passing context_fn to torch.utils.checkpoint is currently not supported under torch.compile")
-modes_required = pytest.mark.upstream_bug(
-    MODES_REF, raises="AssertionError", match="must generate a tuple of two `TorchDispatchMode`s")
-# TE's fix disables Dynamo on the wrapper: under fullgraph=True calling it is an error by design.
-skipped_wrapper_raises = pytest.mark.upstream_bug(
-    "NVIDIA/TransformerEngine#894", raises="torch._dynamo.exc.Unsupported",
-    match="skipfiles|skip function|marked as skipped")
+context_fn_untraced = pytest.mark.limitation(
+    "pytorch/pytorch#105489", raises="torch._dynamo.exc.Unsupported", match=r"call_function args: .*FunctionVariable")
+modes_required = pytest.mark.limitation(
+    "https://github.com/pytorch/pytorch/pull/105489", raises="AssertionError",
+    match="must generate a tuple of two `TorchDispatchMode`s")
+# fullgraph=True refuses the graph break a disabled function makes.
+disabled_raises = pytest.mark.limitation(
+    "https://docs.pytorch.org/docs/stable/compile/programming_model.compiler_disable.html",
+    raises="torch._dynamo.exc.Unsupported", match="skipfiles|skip function|marked as skipped")
 
 
-class Block(torch.nn.Module):
-    """Linear, matmul and pointwise ops: something to recompute, and an mm for SAC policies."""
-
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(8, 8)
-
-    def forward(self, x):
-        h = torch.sin(self.linear(x))
-        return torch.cos(h @ h.t()) @ h
+def mm_sigmoid(x, w):
+    return torch.sigmoid(x @ w)
 
 
-class Checkpointed(torch.nn.Module):
-    """Runs `Block` through `ckpt(block, x, **ckpt_kwargs)`."""
+def inputs(device):
+    return torch.randn(4, 8, device=device, requires_grad=True), torch.randn(8, 8, device=device, requires_grad=True)
 
-    def __init__(self, ckpt=checkpoint, **ckpt_kwargs):
-        super().__init__()
-        self.block = Block()
-        self.ckpt = ckpt
-        self.ckpt_kwargs = ckpt_kwargs
 
-    def forward(self, x):
-        return self.ckpt(self.block, x, **self.ckpt_kwargs)
+def backward_matmuls(fn, device):
+    """The matmuls one backward of fn(x, w) runs (`mm:float32`, ...), on fresh inputs."""
+    out = fn(*inputs(device))
+    with OpLog() as log:
+        out.sum().backward()
+    return log.ops
 
+
+def check_recomputes(case, fn, device, eager_matmuls=3):
+    """case.check, then: a later compiled run's backward runs the matmuls eager's does (with plain
+    checkpoint: 1 recompute + 2 gradients)."""
+    compiled = case.compile(fn)
+    case.check(fn, *inputs(device), compiled=compiled)
+    eager, got = backward_matmuls(fn, device), backward_matmuls(compiled, device)
+    case.record(backward_matmuls={"eager": eager, "compiled": got})
+    assert len(eager) == eager_matmuls, f"eager backward ran {eager}, expected {eager_matmuls} matmuls"
+    assert sorted(got) == sorted(eager), f"backward ran {len(got)} matmuls compiled, {len(eager)} eagerly " \
+        f"({got} vs {eager})" + ("; the checkpointed function was not recomputed" if len(got) < len(eager) else "")
+
+
+# --- no context_fn --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", [EAGER_NOT_RECOMPUTED, "aot_eager", "inductor"])
+@pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
+def test_plain_checkpoint(case, device, backend, fullgraph):
+    check_recomputes(case, lambda x, w: checkpoint(mm_sigmoid, x, w, use_reentrant=False), device)
+
+
+@pytest.mark.parametrize("backend", [EAGER_NOT_RECOMPUTED, "aot_eager", "inductor"])
+def test_use_reentrant_true(case, device, backend, fullgraph):
+    check_recomputes(case, lambda x, w: checkpoint(mm_sigmoid, x, w, use_reentrant=True), device)
+
+
+@ambient_hooks
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=traced_under_hooks),
+                                     pytest.param("inductor", marks=traced_under_hooks)])
+@pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
+def test_eager_checkpoint_of_compiled_function(case, device, backend, fullgraph):
+    # The checkpoint is eager, the checkpointed function compiled: the recompute calls it again.
+    # (OpLog cannot watch this backward: a dispatch mode makes the compiled function run eagerly.)
+    compiled_fn, runs = case.compile(mm_sigmoid), {"eager": 0, "compiled": 0}
+
+    def counted(fn, key):
+        def run(x, w):
+            runs[key] += 1
+            return fn(x, w)
+        return lambda x, w: checkpoint(run, x, w, use_reentrant=False)
+
+    case.check(counted(mm_sigmoid, "eager"), *inputs(device), compiled=counted(compiled_fn, "compiled"))
+    runs.update(eager=0, compiled=0)
+    for key, fn in (("eager", mm_sigmoid), ("compiled", compiled_fn)):
+        counted(fn, key)(*inputs(device)).sum().backward()
+    case.record(function_runs_per_step=runs)
+    assert runs["eager"] == 2, f"eager checkpoint ran the function {runs['eager']} times, expected 2"
+    assert runs["compiled"] == runs["eager"], f"compiled function ran {runs['compiled']} times per step, " \
+        f"eager {runs['eager']} (forward + recompute)"
+
+
+# --- library wrappers -----------------------------------------------------------------------
 
 def always_context_fn_checkpoint(fn, *args, context_fn=None, **kwargs):
     """Library wrapper (TE 1.5-1.7 style): always passes context_fn, defaulting to the no-op."""
@@ -75,220 +133,154 @@ def always_context_fn_checkpoint(fn, *args, context_fn=None, **kwargs):
                       context_fn=context_fn or torch.utils.checkpoint.noop_context_fn, **kwargs)
 
 
-def optional_context_fn_checkpoint(fn, *args, context_fn=None, **kwargs):
-    """Wrapper that forwards context_fn only when the caller gave one."""
-    if context_fn is not None:
-        kwargs["context_fn"] = context_fn
-    return checkpoint(fn, *args, use_reentrant=False, **kwargs)
+@te_bug
+@pytest.mark.parametrize("backend", [EAGER_NOT_RECOMPUTED, "aot_eager"])
+def test_wrapper_always_passes_noop_context_fn(case, device, backend, fullgraph):
+    # fullgraph=False does not help: the error is raised inside Dynamo, not as a graph break.
+    check_recomputes(case, lambda x, w: always_context_fn_checkpoint(mm_sigmoid, x, w), device)
 
 
-def disabled_dynamo_checkpoint(*args, **kwargs):
-    """TE's fix (PR #894): the same always-context_fn wrapper, hidden from Dynamo."""
-    return _DISABLED(*args, **kwargs)
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("fullgraph", [pytest.param(False, id="graphbreaks"),
+                                       pytest.param(True, id="fullgraph", marks=disabled_raises)])
+def test_wrapper_disable_dynamo_fix(case, device, backend, fullgraph):
+    # TE's fix (NVIDIA/TransformerEngine#894): the same wrapper, hidden from Dynamo. A graph break;
+    # the checkpoint runs eagerly, so backward recomputes as eager does.
+    wrapper = torch._disable_dynamo(always_context_fn_checkpoint)
+    check_recomputes(case, lambda x, w: torch.cos(wrapper(mm_sigmoid, x, w)), device)
+    assert case.metrics["graph_breaks"] >= 1, f"no graph break at the disabled wrapper: {case.metrics}"
 
 
-_DISABLED = torch._disable_dynamo(always_context_fn_checkpoint)
+@pytest.mark.parametrize("backend", [EAGER_NOT_RECOMPUTED, "aot_eager"])
+@pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
+def test_wrapper_passes_context_fn_only_when_given(case, device, backend, fullgraph):
+    def wrapper(fn, *args, context_fn=None, **kwargs):
+        if context_fn is not None:
+            kwargs["context_fn"] = context_fn
+        return checkpoint(fn, *args, use_reentrant=False, **kwargs)
+
+    check_recomputes(case, lambda x, w: wrapper(mm_sigmoid, x, w), device)
 
 
-class CountingMode(TorchDispatchMode):
-    """A pass-through TorchDispatchMode that counts the ops it sees."""
+# --- user context_fn: are its contexts active for the forward and for the recompute? ----------
 
-    def __init__(self, seen):
+class Counting(TorchDispatchMode):
+    """Counts, under `name` in `seen`, the ops that run while it is active."""
+
+    def __init__(self, seen, name):
         super().__init__()
-        self.seen = seen
+        self.seen, self.name = seen, name
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.seen.append(func)
+        self.seen[self.name] = self.seen.get(self.name, 0) + 1
         return func(*args, **(kwargs or {}))
 
 
-MODE_OPS: list = []
+def check_contexts_entered(case, context_fn, seen, device):
+    """Which of context_fn's two contexts ("forward", "recompute") were active, at run time, during
+    one forward and one backward: compiled (first run, which traces, and a later one) as eagerly."""
+    def fn(x, w):
+        return checkpoint(mm_sigmoid, x, w, use_reentrant=False, context_fn=context_fn)
 
+    def one_step(f):
+        seen.clear()
+        out = f(*inputs(device))
+        forward = dict(seen)
+        seen.clear()
+        out.sum().backward()
+        return {"forward_pass": forward, "backward_pass": dict(seen)}
 
-def dispatch_modes_context_fn():
-    return CountingMode(MODE_OPS), CountingMode(MODE_OPS)
-
-
-def nullcontext_context_fn():
-    return contextlib.nullcontext(), contextlib.nullcontext()
-
-
-def x_input(device):
-    return torch.randn(4, 8, device=device, requires_grad=True)
-
-
-def check_logged_under_compile(case, model, x, log, what):
-    """case.check, then assert that `log` (filled by the context_fn) grew during the compiled
-    run and not only during the eager one: the compiled code honoured the context_fn."""
-    log.clear()
-    _run_once(model, x)
-    eager_entries = len(log)
-    log.clear()
-    case.check(model, x, runs=1)
-    compiled_entries = len(log) - eager_entries
-    case.record(**{f"{what}_eager": eager_entries, f"{what}_compiled": compiled_entries})
-    assert compiled_entries > 0, f"context_fn never ran under compile ({what})"
-    return compiled_entries
-
-
-def _run_once(model, x):
-    import copy
-
-    copy.deepcopy(model)(x.detach().clone().requires_grad_()).sum().backward()
-
-
-def check_modes_ran(case, device):
-    model = Checkpointed(context_fn=dispatch_modes_context_fn, use_reentrant=False).to(device)
-    check_logged_under_compile(case, model, x_input(device), MODE_OPS, "mode_ops")
-
-
-# --- no context_fn --------------------------------------------------------------------------
-
-@pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
-def test_plain_checkpoint(case, device, backend, fullgraph):
-    case.check(Checkpointed(use_reentrant=False).to(device), x_input(device))
-
-
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_use_reentrant_true(case, device, backend, fullgraph):
-    case.check(Checkpointed(use_reentrant=True).to(device), x_input(device))
-
-
-# --- library wrappers -----------------------------------------------------------------------
-
-@te_bug
-@pytest.mark.parametrize("backend", ["eager"])
-def test_wrapper_always_passes_noop_context_fn(case, device, backend, fullgraph):
-    # fullgraph=False does not help: the error is raised inside Dynamo, not as a graph break.
-    case.check(Checkpointed(ckpt=always_context_fn_checkpoint).to(device), x_input(device))
-
-
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-@pytest.mark.parametrize("fullgraph", [
-    pytest.param(False, id="graphbreaks"),
-    pytest.param(True, id="fullgraph", marks=skipped_wrapper_raises),
-])
-def test_wrapper_disable_dynamo_fix(case, device, backend, fullgraph):
-    case.check(Checkpointed(ckpt=disabled_dynamo_checkpoint).to(device), x_input(device))
-    # The wrapper is skipped: a graph break, and checkpoint runs eagerly.
-    assert case.metrics["graph_breaks"] >= 1, case.metrics
-
-
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-@pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
-def test_wrapper_passes_context_fn_only_when_given(case, device, backend, fullgraph):
-    case.check(Checkpointed(ckpt=optional_context_fn_checkpoint).to(device), x_input(device))
-
-
-# --- user context_fn ------------------------------------------------------------------------
-
-@context_fn_gate
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_context_fn_dispatch_modes(case, device, backend, fullgraph):
-    check_modes_ran(case, device)
+    compiled = case.compile(fn)
+    case.check(fn, *inputs(device), compiled=compiled)
+    eager = one_step(fn)
+    torch._dynamo.reset()
+    first, later = one_step(compiled), one_step(compiled)
+    case.record(contexts={"eager": eager, "compiled_first_run": first, "compiled": later})
+    assert eager["forward_pass"].get("forward") and eager["backward_pass"].get("recompute"), eager
+    active = {phase: sorted(k for k, n in counts.items() if n) for phase, counts in later.items()}
+    expected = {phase: sorted(k for k, n in counts.items() if n) for phase, counts in eager.items()}
+    assert active == expected, f"contexts active at run time: compiled {active}, eager {expected}"
 
 
 @context_fn_gate
-@pytest.mark.parametrize("backend", [
-    # The eager backend runs the checkpoint HOP eagerly, where any context managers are fine.
-    "eager",
-    pytest.param("aot_eager", marks=modes_required),
-])
+@context_fn_untraced
+@pytest.mark.parametrize("experimental_flag", [pytest.param(False, id="default"),
+                                               pytest.param(True, id="experimental_flag")])
+def test_context_fn_dispatch_modes(case, device, backend, fullgraph, experimental_flag):
+    seen = {}
+    if experimental_flag:
+        need(f"torch._dynamo.config.{FLAG}")
+    with torch._dynamo.config.patch(**({FLAG: True} if experimental_flag else {})):
+        check_contexts_entered(case, lambda: (Counting(seen, "forward"), Counting(seen, "recompute")),
+                               seen, device)
+
+
+@context_fn_gate
+@context_fn_untraced
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=modes_required)])
 def test_context_fn_plain_context_managers(case, device, backend, fullgraph):
-    case.check(Checkpointed(context_fn=nullcontext_context_fn, use_reentrant=False).to(device),
-               x_input(device))
+    seen = {}
+
+    @contextlib.contextmanager
+    def entered(name):
+        seen[name] = seen.get(name, 0) + 1
+        yield
+
+    check_contexts_entered(case, lambda: (entered("forward"), entered("recompute")), seen, device)
 
 
-# --- selective activation checkpointing -----------------------------------------------------
+# --- selective activation checkpointing: the policy decides what backward recomputes --------
 
-def _saves_mm(op):
-    return op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
-
-
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("policy", ["MUST_SAVE", "PREFER_RECOMPUTE"])
 @pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
-def test_sac_create_selective_checkpoint_contexts(case, device, backend, fullgraph):
+def test_sac_policy(case, device, backend, fullgraph, policy):
     create = need("torch.utils.checkpoint.create_selective_checkpoint_contexts")
-    policy_enum = need("torch.utils.checkpoint.CheckpointPolicy")
-    decisions = []
+    policies = need("torch.utils.checkpoint.CheckpointPolicy")
 
-    def policy(ctx, op, *args, **kwargs):
-        decisions.append(op)
-        return policy_enum.MUST_SAVE if _saves_mm(op) else policy_enum.PREFER_RECOMPUTE
+    def policy_fn(ctx, op, *args, **kwargs):
+        return getattr(policies, policy) if op == torch.ops.aten.mm.default else policies.PREFER_RECOMPUTE
 
-    def context_fn():
-        return create(policy)
-
-    model = Checkpointed(context_fn=context_fn, use_reentrant=False).to(device)
-    check_logged_under_compile(case, model, x_input(device), decisions, "policy_calls")
-    assert any(_saves_mm(op) for op in decisions), "the SAC policy never saw the matmuls"
+    context_fn = functools.partial(create, policy_fn)
+    # MUST_SAVE on mm: backward runs the 2 gradient matmuls only; PREFER_RECOMPUTE: 3.
+    check_recomputes(case, lambda x, w: checkpoint(mm_sigmoid, x, w, use_reentrant=False, context_fn=context_fn),
+                     device, eager_matmuls=2 if policy == "MUST_SAVE" else 3)
 
 
 @context_fn_gate
-@pytest.mark.parametrize("backend", ["aot_eager"])
+@pytest.mark.parametrize("experimental_flag", [pytest.param(False, id="default"),
+                                               pytest.param(True, id="experimental_flag")])
 @pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
-def test_sac_private_context_fn_gen(case, device, backend, fullgraph):
-    # 2.2-2.4 spelling; without the experimental flag the gate rejects it.
+def test_sac_private_context_fn_gen(case, device, backend, fullgraph, experimental_flag):
+    # The 2.2-2.4 spelling; without the experimental flag the gate rejects it.
     gen = need("torch.utils.checkpoint._pt2_selective_checkpoint_context_fn_gen")
-    decisions = []
-
-    def policy(mode, op, *args, **kwargs):
-        decisions.append(op)
-        return _saves_mm(op)
+    if experimental_flag:
+        need(f"torch._dynamo.config.{FLAG}")
 
     def context_fn():
-        return gen(policy)
+        return gen(lambda mode, op, *args, **kwargs: op == torch.ops.aten.mm.default)  # save the mm
 
-    model = Checkpointed(context_fn=context_fn, use_reentrant=False).to(device)
-    check_logged_under_compile(case, model, x_input(device), decisions, "policy_calls")
-    assert any(_saves_mm(op) for op in decisions), "the SAC policy never saw the matmuls"
-
-
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-@pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
-@pytest.mark.parametrize("variant_fn", ["dispatch_modes", "private_sac"])
-def test_experimental_context_fn_flag(case, device, backend, fullgraph, variant_fn):
-    flag = "_experimental_support_context_fn_in_torch_utils_checkpoint"
-    need(f"torch._dynamo.config.{flag}")
-    with unittest.mock.patch.object(torch._dynamo.config, flag, True):
-        if variant_fn == "dispatch_modes":
-            check_modes_ran(case, device)
-        else:
-            gen = need("torch.utils.checkpoint._pt2_selective_checkpoint_context_fn_gen")
-            decisions = []
-
-            def context_fn():
-                return gen(lambda mode, op, *a, **k: decisions.append(op) or _saves_mm(op))
-
-            model = Checkpointed(context_fn=context_fn, use_reentrant=False).to(device)
-            check_logged_under_compile(case, model, x_input(device), decisions, "policy_calls")
-            assert any(_saves_mm(op) for op in decisions), "the SAC policy never saw the matmuls"
-    assert getattr(torch._dynamo.config, flag) is False, "flag not restored"
+    with torch._dynamo.config.patch(**({FLAG: True} if experimental_flag else {})):
+        check_recomputes(case, lambda x, w: checkpoint(mm_sigmoid, x, w, use_reentrant=False, context_fn=context_fn),
+                         device, eager_matmuls=2)
 
 
 # --- the real TransformerEngine checkpoint --------------------------------------------------
 
-def _te_checkpoint():
-    need("transformer_engine.pytorch")
-    import transformer_engine.pytorch as te
-
-    ckpt = getattr(te, "checkpoint", None) or need("transformer_engine.pytorch.distributed.checkpoint")
-    params = inspect.signature(ckpt).parameters
-    if "distribute_saved_activations" in params and \
-            params["distribute_saved_activations"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
-        # Old signature: checkpoint(fn, distribute_saved_activations, get_rng_state_tracker, tp_group, *args)
-        return lambda fn, *args, **kw: ckpt(fn, False, None, None, *args, **kw)
-    return ckpt
-
-
 @te_bug
 @pytest.mark.parametrize("device", [pytest.param(
     "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU))])
-@pytest.mark.parametrize("backend", ["eager"])
-@pytest.mark.parametrize("fullgraph", [
-    pytest.param(False, id="graphbreaks"),
-    pytest.param(True, id="fullgraph", marks=skipped_wrapper_raises),
-])
+@pytest.mark.parametrize("backend", ["aot_eager"])
+@pytest.mark.parametrize("fullgraph", [pytest.param(False, id="graphbreaks"),
+                                       pytest.param(True, id="fullgraph", marks=disabled_raises)])
 def test_transformer_engine_checkpoint(case, device, backend, fullgraph):
-    te_ckpt = _te_checkpoint()
-    case.check(Checkpointed(ckpt=te_ckpt, use_reentrant=False).to(device), x_input(device))
+    need("transformer_engine.pytorch")
+    import transformer_engine.pytorch as te
+
+    te_ckpt = getattr(te, "checkpoint", None) or need("transformer_engine.pytorch.distributed.checkpoint")
+    param = inspect.signature(te_ckpt).parameters.get("distribute_saved_activations")
+    if param is not None and param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+        # TE < 1.8: checkpoint(fn, distribute_saved_activations, get_rng_state_tracker, tp_group, *args)
+        te_ckpt = functools.partial(te_ckpt, mm_sigmoid, False, None, None)
+    else:
+        te_ckpt = functools.partial(te_ckpt, mm_sigmoid)
+    check_recomputes(case, lambda x, w: te_ckpt(x, w, use_reentrant=False), device)
