@@ -1,7 +1,7 @@
 """Speed of the matrix, measured side by side on this machine. Prints figures; asserts nothing.
 
-    python benchmarks/speed.py [--session cpu_torch25] [--parts env,session,overhead] [-k EXPR]
-                               [--rounds 3] [--skip-cold-pip]
+    python benchmarks/speed.py [--session cpu_torch25] [--parts env,session,overhead,matrix] [-k EXPR]
+                               [--rounds 3] [--skip-cold-pip] [--results DIR] [--changed-family autocast]
 
 Parts:
   env       environment creation for the session's pins: uv cold (empty cache) and warm, against
@@ -12,7 +12,12 @@ Parts:
             worker, time and memory limits, reruns, torch state reset; harness.sessions, as the
             noxfile runs it) against plain `pytest cases/` with the same selection and caches,
             alternated --rounds times; the median of each
-Targets: warm environment <= 5 s; warm session <= 1/3 of cold; harness overhead < 5 %.
+  matrix    every CPU session of the matrix through nox, one after another, in the checkout's venvs:
+            cold (every case afresh, `-- --fresh`, compile caches emptied; results into --results),
+            warm with nothing changed (into a copy of those results), and warm after one family's
+            file changed (a copy of the project with a comment added to it); per session, per family
+Targets: warm environment <= 5 s; warm session <= 1/3 of cold; harness overhead < 5 %;
+matrix warm with nothing changed < 60 s in all.
 """
 
 from __future__ import annotations
@@ -116,6 +121,55 @@ def overhead(spec, work: pathlib.Path, select: list[str], rounds: int) -> dict:
     return medians
 
 
+def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str) -> dict:
+    names = [s.name for s in matrix.load() if s.device == "cpu" and not s.nightly]
+    for name in names:
+        sessions.ensure_venv(name)
+
+    def run_all(project: pathlib.Path, into: pathlib.Path, *extra) -> dict:
+        seconds = {}
+        for name in names:
+            seconds[name] = timed([sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "-s", name,
+                                   "--envdir", str(ROOT / ".nox"), *(["--", *extra] if extra else [])],
+                                  env={records.RESULTS_ENV: str(into)}, cwd=project)
+            print(f"    {name:26s} {seconds[name]:7.1f} s", flush=True)
+        return seconds
+
+    for name in names:  # cold: inductor and Triton compile afresh
+        for cache in sessions.compile_cache_env(sessions.venv_dir(name)).values():
+            if cache.startswith("/"):
+                shutil.rmtree(cache, ignore_errors=True)
+    figures = {}
+    print("  matrix cold (every case afresh, empty compile caches):", flush=True)
+    figures["cold"] = run_all(ROOT, results, "--fresh")
+    figures["families"] = {name: per_family(results / f"{name}.jsonl") for name in names}
+    warm = work / "warm-results"
+    shutil.copytree(results, warm, ignore=shutil.ignore_patterns("previous", "repro"))
+    print("  matrix warm, nothing changed:", flush=True)
+    figures["warm"] = run_all(ROOT, warm)
+    project = work / "project"
+    for folder in ("cases", "harness"):
+        shutil.copytree(ROOT / folder, project / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("noxfile.py", "pyproject.toml"):
+        shutil.copy2(ROOT / name, project / name)
+    case_file = project / "cases" / f"test_{changed_family}.py"
+    case_file.write_text(case_file.read_text() + "\n# changed, for the benchmark\n")
+    changed = work / "changed-results"
+    shutil.copytree(results, changed, ignore=shutil.ignore_patterns("previous", "repro"))
+    print(f"  matrix warm, cases/test_{changed_family}.py changed:", flush=True)
+    figures["changed"] = run_all(project, changed)
+    figures["changed_family"] = changed_family
+    figures["reran"] = {name: sorted({r["family"] for r in records.read(changed / f"{name}.jsonl")
+                                      if r["kind"] == "case" and not r.get("reused_from")}) for name in names}
+    figures["same_outcomes"] = {name: _outcomes(results / f"{name}.jsonl") == _outcomes(warm / f"{name}.jsonl")
+                                for name in names}
+    return figures
+
+
+def _outcomes(path: pathlib.Path) -> dict:
+    return {r["case"]: r["outcome"] for r in records.read(path) if r["kind"] == "case"}
+
+
 def per_family(path: pathlib.Path) -> dict:
     times: dict[str, float] = {}
     for record in records.read(path):
@@ -131,6 +185,8 @@ def main() -> None:
     parser.add_argument("-k", dest="select", default=None, help="pytest -k expression for the runs")
     parser.add_argument("--rounds", type=int, default=3, help="alternations of the overhead runs")
     parser.add_argument("--skip-cold-pip", action="store_true", help="pip's cold install downloads GBs again")
+    parser.add_argument("--results", default=None, help="matrix: where the cold run's results go (default: a temp dir)")
+    parser.add_argument("--changed-family", default="autocast", help="matrix: the family whose file is changed")
     args = parser.parse_args()
     spec = matrix.find(args.session)
     parts = set(args.parts.split(","))
@@ -157,6 +213,19 @@ def main() -> None:
                 rounds = ", ".join(f"{s:.1f}" for s in costs["rounds"][name])
                 print(f"  {name:40s} {costs[name]:7.1f} s  (median of {rounds})")
             print(f"  harness overhead                         {costs['overhead'] * 100:6.1f} %  (target < 5 %)")
+        if "matrix" in parts:
+            results = pathlib.Path(args.results).resolve() if args.results else work / "matrix-results"
+            runs = figures["matrix"] = matrix_runs(work, results, args.changed_family)
+            for kind in ("cold", "warm", "changed"):
+                print(f"  matrix {kind:8s} {sum(runs[kind].values()):8.1f} s in all")
+            print(f"  after the change, sessions re-ran: {sorted(set(map(tuple, runs['reran'].values())))}")
+            print(f"  warm outcomes equal cold outcomes in every session: {all(runs['same_outcomes'].values())}")
+            families: dict[str, float] = {}
+            for per_session in runs["families"].values():
+                for family, seconds in per_session.items():
+                    families[family] = families.get(family, 0.0) + seconds
+            for family, seconds in sorted(families.items()):
+                print(f"  family {family:20s} {seconds:8.1f} s of cases over the matrix (cold)")
         print(json.dumps(figures, indent=None, default=str))
 
 

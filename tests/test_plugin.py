@@ -50,6 +50,21 @@ def test_environment_broke(broken_fixture):
     pass
 
 
+@pytest.mark.limitation("https://docs.example/compile", raises="RuntimeError", match="not supported")
+def test_documented_limitation(case):
+    raise RuntimeError("this is not supported under torch.compile")
+
+
+@pytest.mark.limitation("https://docs.example/compile", raises="RuntimeError", match="not supported")
+def test_limitation_lifted(case):
+    pass
+
+
+@pytest.mark.upstream_bug("owner/repo#5", raises="RuntimeError", since="99.0")
+def test_bug_not_yet_there(case):
+    pass
+
+
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 @pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
 def test_params_are_recorded(case, backend, fullgraph):
@@ -72,10 +87,11 @@ def by_variant(records):
 
 def test_outcomes_are_classified_and_recorded(pytester):
     result, records = run_cases(pytester, "-rxX")
-    result.assert_outcomes(passed=3, failed=1, skipped=1, errors=1, xfailed=2, xpassed=1)
+    result.assert_outcomes(passed=5, failed=1, skipped=1, errors=1, xfailed=3, xpassed=1)
     for line in ("*XFAIL*test_known_bug*owner/repo#1: boom: still broken*",
+                 "*XFAIL*test_documented_limitation*https://docs.example/compile: this is not supported*",
                  "*XPASS*test_bug_fixed*fixed upstream? owner/repo#2*",
-                 "harness: 1 error, 1 fail, 1 fixed, 2 known, 3 pass, 1 skip -> *demo.jsonl"):
+                 "harness: 1 error, 1 fail, 1 fixed, 2 known, 1 limitation, 5 pass, 1 skip -> *demo.jsonl"):
         result.stdout.fnmatch_lines([line])
     assert records[0]["kind"] == "environment" and records[-1]["kind"] == "end"
     cases = by_variant(records)
@@ -83,7 +99,10 @@ def test_outcomes_are_classified_and_recorded(pytester):
         "passes": "pass", "known_bug": "known", "bug_fixed": "fixed", "other_error_is_a_failure": "fail",
         "bug_matches_the_cause": "known", "skips_with_reason": "skip", "environment_broke": "error",
         "params_are_recorded-eager": "pass", "params_are_recorded-aot_eager": "pass",
+        "documented_limitation": "limitation", "limitation_lifted": "pass",
+        "bug_not_yet_there": "pass",  # before `since`, a pass says nothing of a fix
     }
+    assert cases["documented_limitation"]["upstream"] == ["https://docs.example/compile"]
     assert cases["known_bug"]["upstream"] == ["owner/repo#1"]
     assert cases["known_bug"]["exc_type"] == "builtins.RuntimeError"
     assert cases["known_bug"]["message"] == "boom: still broken"
@@ -158,7 +177,7 @@ def test_under_xdist_the_controller_writes_every_record(pytester, monkeypatch):
     pytester.makepyfile(test_family=CASES)
     out = pytester.path / "out"
     result = pytester.runpytest_subprocess("-p", "harness.plugin", "-n", "2", f"--results-dir={out}", "--session-name=demo")
-    result.assert_outcomes(passed=3, failed=1, skipped=1, errors=1, xfailed=2, xpassed=1)
+    result.assert_outcomes(passed=5, failed=1, skipped=1, errors=1, xfailed=3, xpassed=1)
     records = [json.loads(line) for line in (out / "demo.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in records].count("environment") == 1
     cases = by_variant(records)
