@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
-import importlib.metadata
 import json
 import os
 import pathlib
@@ -33,6 +32,7 @@ import subprocess
 import sys
 
 from harness import junit, matrix, records, sessions
+from harness.environment import git_commit, installed_packages
 from harness.outcomes import OUTCOMES
 
 ROOT = sessions.ROOT
@@ -46,15 +46,6 @@ OFFLINE_MODULES = {"__main__.py", "bisect.py", "junit.py", "report.py", "repro.p
 def _digest(data) -> str:
     text = data if isinstance(data, (bytes, str)) else json.dumps(data, sort_keys=True)
     return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()[:16]
-
-
-def installed_distributions() -> list[str]:
-    names = {}
-    for dist in importlib.metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            names[name.lower()] = f"{name}=={dist.version}"
-    return [names[key] for key in sorted(names)]
 
 
 def _first_line(command: list[str]) -> str | None:
@@ -95,7 +86,7 @@ def family_files() -> dict[str, pathlib.Path]:
 
 def family_keys(spec: matrix.Session) -> dict[str, str]:
     """The reuse key of each family, computed in the session's environment."""
-    shared = {"distributions": installed_distributions(), "python": platform.python_implementation() + " " +
+    shared = {"distributions": installed_packages(), "python": platform.python_implementation() + " " +
               platform.python_version(), "machine": machine(spec), "conftest": _digest((ROOT / "cases" / "conftest.py")
                                                                                        .read_bytes()),
               "harness": harness_sources(), "options": options(spec)}
@@ -140,8 +131,6 @@ def plan(spec: matrix.Session, directory: pathlib.Path, fresh: bool = False) -> 
 def carry_everything(the_plan: dict, path: pathlib.Path) -> None:
     """The results file of a run that ran nothing: its environment as the reused run measured it,
     this run's start and commit, and every record carried over."""
-    from harness.environment import git_commit
-
     previous = the_plan["previous_environment"]
     reused_from = previous.get("reused_from") or {"started": previous.get("started"),
                                                   "git_commit": previous.get("git_commit")}
