@@ -14,12 +14,19 @@ recompilation) and the torch_compile_tutorial section "torch.compile and Nested 
 
 What each case records beyond the harness metrics: `outer_backend_graphs` /
 `inner_backend_graphs` (graphs that reached the outer's / the inner wrapper's backend), the
-ops those graphs hold where the case is about what was captured, and the exception a
-documented failure raises.
+ops those graphs hold where the case is about what was captured, the inductor options each
+inductor compilation really got (`inductor_options_*`), the `invoke_subgraph` calls and subgraphs
+a `nested_compile_region` became, and the exception a documented failure raises.
+
+Recorded upstream bugs (declared on the cases): `nested_compile_region` with inductor gives a wrong
+input gradient for `b(b(x)) + x` (forward right) until 2.15: subgraph inputs inherited donated-buffer
+indices, pytorch/pytorch#193960 (PR, first released in 2.15.0); with
+`torch._functorch.config.donated_buffer = False` the gradient is right (a case shows it, inductor's
+caches off). `nested_compile_region` with backend "eager": `AssertionError: fake_mode should be
+enabled for HOPs`, pytorch/pytorch#178520 (fixed by PR #184700, in 2.14.0).
 """
 
 import copy
-import inspect
 import unittest.mock
 
 import pytest
@@ -27,19 +34,21 @@ import torch
 
 from harness.casekit import need
 
+REGION_EAGER_FAKE_MODE = pytest.mark.upstream_bug("pytorch/pytorch#178520", raises="AssertionError",
+                                                  match="fake_mode should be enabled for HOPs")
+REGION_DONATED_GRADIENT = pytest.mark.upstream_bug("pytorch/pytorch#193960", raises="AssertionError",
+                                                   match="gradient 0: Tensor-likes are not close")
+
 
 # --- helpers ---------------------------------------------------------------------------
 
 class GraphRecorder:
-    """A backend that counts and keeps the graphs it gets, then compiles them with a named
-    backend ("eager", "aot_eager", "inductor"): the count says which compile wrapper a graph
-    reached, the ops say what the graph captured."""
+    """A backend that keeps the graphs it gets, then compiles them with a named backend."""
 
     def __init__(self, backend: str):
         from torch._dynamo.backends.registry import lookup_backend
 
-        self.backend = lookup_backend(backend)
-        self.graphs = []
+        self.backend, self.graphs = lookup_backend(backend), []
 
     def __call__(self, gm, example_inputs):
         self.graphs.append(gm)
@@ -51,13 +60,8 @@ class GraphRecorder:
 
     def ops(self) -> list[str]:
         """Names of the functions and methods the graphs call, sorted, without repeats."""
-        names = set()
-        for gm in self.graphs:
-            for node in gm.graph.nodes:
-                if node.op in ("call_function", "call_method"):
-                    target = node.target
-                    names.add(target if isinstance(target, str) else getattr(target, "__name__", str(target)))
-        return sorted(names)
+        return sorted({n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
+                       for gm in self.graphs for n in gm.graph.nodes if n.op in ("call_function", "call_method")})
 
 
 def inner_fn(x):
@@ -128,9 +132,11 @@ def test_compiled_submodule_in_compiled_parent(case, device, backend, fullgraph)
     outer_backend = GraphRecorder(backend)
     outer_c = torch.compile(compiled_parent, backend=outer_backend, fullgraph=fullgraph)
     case.check(eager_parent, x_on(device), compiled=outer_c)
+    ops = sorted(set(outer_backend.ops()) | set(inner_backend.ops()))
     case.record(outer_backend_graphs=outer_backend.count, inner_backend_graphs=inner_backend.count,
-                inner_inlined=inner_backend.count == 0)
-    assert outer_backend.count + inner_backend.count >= 1
+                inner_inlined=inner_backend.count == 0, captured_ops=ops)
+    # The child's relu ran in a compiled graph, whichever wrapper compiled it.
+    assert "relu" in ops, f"captured ops {ops}"
 
 
 def _inner_with_break(kind):
@@ -155,8 +161,7 @@ def test_inner_graph_break(case, device, backend, fullgraph, breaker, nested_gra
 
     patches = {}
     if nested_graph_breaks == "on":
-        if not hasattr(dynamo_config, "nested_graph_breaks"):
-            pytest.skip("missing: torch._dynamo.config.nested_graph_breaks (this version has no such config)")
+        need("torch._dynamo.config.nested_graph_breaks")
         patches["nested_graph_breaks"] = True
     inner = _inner_with_break(breaker)
     outer_backend, inner_backend = GraphRecorder(backend), GraphRecorder(backend)
@@ -164,15 +169,12 @@ def test_inner_graph_break(case, device, backend, fullgraph, breaker, nested_gra
     outer_c = torch.compile(outer_fn_of(inner_c), backend=outer_backend, fullgraph=False)
     with dynamo_config.patch(**patches):
         case.check(outer_fn_of(inner), x_on(device), compiled=outer_c)
-    total = outer_backend.count + inner_backend.count
+    total, captured = outer_backend.count + inner_backend.count, set(outer_backend.ops()) | set(inner_backend.ops())
     case.record(outer_backend_graphs=outer_backend.count, inner_backend_graphs=inner_backend.count,
-                backend_graphs=total, captured_ops=sorted(set(outer_backend.ops()) | set(inner_backend.ops())))
-    # The break splits the captured code: at least two graphs, whichever wrapper got them
-    # (Dynamo's graph_break counter is recorded, not asserted: it stays 0 with
-    # nested_graph_breaks on in 2.9 although the code is split).
+                backend_graphs=total, captured_ops=sorted(captured))
+    # The break splits the captured code: at least two graphs, whichever wrapper got them (Dynamo's
+    # graph_break counter stays 0 with nested_graph_breaks on in 2.9), with ops from both sides of it.
     assert total >= 2, f"{total} graph(s) for code with a graph break in the middle"
-    # Ops on both sides of the break were compiled: before it (sin) and after it (cos).
-    captured = set(outer_backend.ops()) | set(inner_backend.ops())
     assert {"sin", "cos"} <= captured, f"captured ops {sorted(captured)}"
 
 
@@ -184,10 +186,7 @@ def _disabled_inner(recursive, calls):
         calls.append(1)
         return deeper(torch.sinh(x))
 
-    disable = need("torch.compiler.disable")
-    if "recursive" not in inspect.signature(disable).parameters:
-        pytest.skip("missing: torch.compiler.disable has no `recursive` argument in this version")
-    return inner, disable(inner, recursive=recursive)
+    return inner, need("torch.compiler.disable")(inner, recursive=recursive)
 
 
 @pytest.mark.parametrize("fullgraph", [False], ids=["graphbreaks"])
@@ -215,16 +214,21 @@ def test_inner_compiler_disable(case, device, backend, fullgraph, recursive):
 @pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
 @pytest.mark.parametrize("breaker", ["graph_break", "print"])
 def test_fullgraph_outer_over_inner_graph_break(case, device, backend, fullgraph, breaker):
-    # Documented: fullgraph=True turns any graph break, nested ones included, into an error.
+    # Documented (programming model, fullgraph=True): any graph break, nested ones included, is
+    # an error. The figure: what calling the fullgraph outer raised.
     from torch._dynamo.exc import Unsupported
 
     inner = _inner_with_break(breaker)
     outer_full = torch.compile(outer_fn_of(torch.compile(inner, backend=backend)), backend=backend,
                                fullgraph=True)
-    with pytest.raises(Unsupported) as raised:
+    raised = None
+    try:
         outer_full(x_on(device))
-    case.record(fullgraph_raises=type(raised.value).__name__,
-                fullgraph_message=str(raised.value).strip().splitlines()[0][:200])
+    except Exception as exc:  # the figure is which exception, if any
+        raised = exc
+    case.record(fullgraph_raises=type(raised).__name__ if raised else None,
+                fullgraph_message=str(raised).strip().splitlines()[0][:200] if raised else None)
+    assert isinstance(raised, Unsupported), f"fullgraph=True over an inner graph break raised {raised!r}"
     # The same nesting without fullgraph still matches eager.
     torch._dynamo.reset()
     outer_c = torch.compile(outer_fn_of(torch.compile(inner, backend=backend)), backend=backend)
@@ -250,37 +254,79 @@ def test_inner_different_backend(case, device, backend, fullgraph):
     assert inner_counter.frame_count > nested_count, "the counting backend never compiled the inner alone"
 
 
+def inductor_options(run) -> list:
+    """The option sets (`config_patches`) inductor's compile_fx got while `run()` ran."""
+    import torch._inductor.compile_fx as compile_fx_module
+
+    with unittest.mock.patch.object(compile_fx_module, "compile_fx", wraps=compile_fx_module.compile_fx) as spy:
+        run()
+    return sorted({repr(sorted((call.kwargs.get("config_patches") or {}).items())) for call in spy.call_args_list})
+
+
 @pytest.mark.parametrize("fullgraph", [False], ids=["graphbreaks"])
 @pytest.mark.parametrize("backend", ["inductor"])
 @pytest.mark.parametrize("inner_mode", ["reduce-overhead", "max-autotune-no-cudagraphs"])
 def test_inner_different_mode(case, device, backend, fullgraph, inner_mode):
     # The inner wrapper asks for another inductor mode than the outer; inlined, the outer's
-    # mode wins (pytorch/pytorch#118758). Elementwise ops only: nothing to autotune.
+    # mode wins (pytorch/pytorch#118758). Figures: the inductor option sets compile_fx got, nested
+    # and for the inner alone. Elementwise ops only: nothing to autotune.
     inner_c = torch.compile(inner_fn, backend="inductor", mode=inner_mode)
     outer_c = torch.compile(outer_fn_of(inner_c), backend="inductor")
-    case.check(outer_fn_of(inner_fn), x_on(device), compiled=outer_c)
-    case.record(inner_mode=inner_mode)
+    nested = inductor_options(lambda: case.check(outer_fn_of(inner_fn), x_on(device), compiled=outer_c))
+    torch._dynamo.reset()
+    alone = inductor_options(lambda: inner_c(x_on(device)))
+    inner_options = [options for options in alone if options != "[]"]
+    case.record(inner_mode=inner_mode, inductor_options_nested=nested, inductor_options_inner_alone=alone,
+                inner_options_used_nested=bool(set(inner_options) & set(nested)))
     assert case.metrics["graphs"] >= 1
+    # The spy sees options: the inner alone compiles with its mode's options.
+    assert inner_options, f"inner compiled alone with mode={inner_mode} got inductor options {alone}"
 
 
-def test_nested_compile_region(case, device, backend, fullgraph):
-    # A region marked with nested_compile_region (2.8+) is called twice from the compiled
-    # outer; it may be compiled once and reused as a subgraph.
+def region_block(x):
+    return torch.sin(x) * 2 + 1
+
+
+def region_outer_of(block):
+    def outer(x):
+        return block(block(x)) + x
+    return outer
+
+
+def check_region(case, device, backend, fullgraph):
+    """The region called twice, compiled (inductor's caches off) against eager: one subgraph, two calls."""
+    import torch._functorch.config
+    import torch._inductor.config
+
     region = need("torch.compiler.nested_compile_region")
+    recorder = GraphRecorder(backend)
+    compiled = torch.compile(region_outer_of(region(region_block)), backend=recorder, fullgraph=fullgraph)
+    try:
+        with torch._inductor.config.patch(force_disable_caches=True):
+            case.record(caches_disabled=torch._inductor.config.force_disable_caches,
+                        donated_buffer=torch._functorch.config.donated_buffer)
+            case.check(region_outer_of(region_block), x_on(device), compiled=compiled)
+    finally:
+        calls = [n for gm in recorder.graphs for n in gm.graph.nodes
+                 if n.op == "call_function" and "invoke_subgraph" in str(n.target)]
+        subgraphs = sorted({str(n.args[0].target) for n in calls})
+        case.record(backend_graphs=recorder.count, region_calls=len(calls), region_subgraphs=subgraphs)
+    assert (len(calls), len(subgraphs)) == (2, 1), f"region called {len(calls)} times, subgraphs {subgraphs}"
 
-    def block(x):
-        return torch.sin(x) * 2 + 1
 
-    block_region = region(block)
+@pytest.mark.parametrize("backend", [pytest.param("eager", marks=REGION_EAGER_FAKE_MODE), "aot_eager",
+                                     pytest.param("inductor", marks=REGION_DONATED_GRADIENT)])
+def test_nested_compile_region(case, device, backend, fullgraph):
+    # A region marked with nested_compile_region (2.8+) called twice from the compiled outer.
+    check_region(case, device, backend, fullgraph)
 
-    def outer_of(b):
-        def outer(x):
-            return b(b(x)) + x
-        return outer
 
-    case.check(outer_of(block), x_on(device),
-               compiled=torch.compile(outer_of(block_region), backend=backend, fullgraph=fullgraph))
-    assert case.metrics["graphs"] >= 1
+@pytest.mark.parametrize("backend", ["inductor"])
+def test_nested_compile_region_without_donated_buffers(case, device, backend, fullgraph):
+    # The same with AOTAutograd's donated buffers off: the mechanism of pytorch/pytorch#193960.
+    need("torch._functorch.config.donated_buffer")
+    with torch._functorch.config.patch(donated_buffer=False):
+        check_region(case, device, backend, fullgraph)
 
 
 @pytest.mark.parametrize("fullgraph", [False], ids=["graphbreaks"])

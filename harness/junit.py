@@ -4,11 +4,10 @@ test-report actions read: one testcase per case record, in the status JUnit has 
 
 from __future__ import annotations
 
-import os
 import pathlib
-import tempfile
 import xml.etree.ElementTree as ElementTree
 
+from harness import records
 from harness.outcomes import OUTCOMES
 
 
@@ -54,15 +53,7 @@ def render(records: list[dict]) -> str:
     return ElementTree.tostring(root, encoding="unicode") + "\n"
 
 
-def write(path: pathlib.Path, records: list[dict]) -> pathlib.Path:
+def write(path: pathlib.Path, found: list[dict]) -> pathlib.Path:
     """Written whole or not at all."""
-    path = pathlib.Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write('<?xml version="1.0" encoding="utf-8"?>\n' + render(records))
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    records.write_atomically(pathlib.Path(path), '<?xml version="1.0" encoding="utf-8"?>\n' + render(found))
+    return pathlib.Path(path)

@@ -134,3 +134,19 @@ def find_case(path: pathlib.Path, case_id: str) -> tuple[dict | None, dict | Non
         elif data.get("kind") == "case" and data.get("case") == case_id:
             record = data
     return environment, record
+
+
+def write_atomically(path: pathlib.Path, text: str) -> None:
+    """`text` as the whole of `path`, or nothing at all: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary new file: mkstemp's are private
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -15,10 +15,8 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
-import os
 import pathlib
 import re
-import tempfile
 
 from packaging.version import InvalidVersion, Version
 
@@ -893,21 +891,6 @@ def summary_markdown(data: dict) -> str:
     return head + "## Failures" + failures
 
 
-def _write_atomically(path: pathlib.Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary new file: mkstemp's are private
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def write(data: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
     """REPORT.md, report.html and report.json: each rendered before any is written, each written
     whole or not at all."""
@@ -919,6 +902,6 @@ def write(data: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
     paths = []
     for name, text in rendered.items():
         path = pathlib.Path(out_dir) / name
-        _write_atomically(path, text)
+        records.write_atomically(path, text)
         paths.append(path)
     return paths
