@@ -40,22 +40,16 @@ ambient_hooks = pytest.mark.upstream_bug(
 # Before 2.5 aot_eager and inductor fail while tracing ("FX to symbolically trace a dynamo-optimized
 # function", the same bug), and the failure breaks later checkpoints in the process: not run there.
 traced_under_hooks = pytest.mark.skipif(
-    "tuple(int(p) for p in torch.__version__.split('.')[:2]) < (2, 5)", reason="torch < 2.5: tracing under the eager checkpoint's saved-tensor hooks fails "
-    "(pytorch/pytorch#113263) and leaves later checkpoints in this process broken")
+    "tuple(int(p) for p in torch.__version__.split('.')[:2]) < (2, 5)", reason="torch < 2.5: tracing under the eager "
+    "checkpoint's saved-tensor hooks fails (pytorch/pytorch#113263) and leaves later checkpoints in this process broken")
 EAGER_CHECKPOINT_BACKENDS = pytest.mark.parametrize("backend", [
     "eager", pytest.param("aot_eager", marks=traced_under_hooks), pytest.param("inductor", marks=traced_under_hooks)])
 # Documented limitations, as in cases/test_checkpoint.py: a context_fn under compile came with
-# pytorch/pytorch#105489 (behind a flag in 2.2-2.4; not traced in 2.1) and must return dispatch modes.
-context_fn_gate = pytest.mark.limitation(
-    "pytorch/pytorch#105489", raises="AssertionError",
-    match="Passing context_fn to torch.utils.checkpoint is currently not supported under torch.compile")
-context_fn_untraced = pytest.mark.limitation(
-    "pytorch/pytorch#105489", raises="torch._dynamo.exc.Unsupported", match=r"call_function args: .*FunctionVariable")
-modes_required = pytest.mark.limitation(
-    "https://github.com/pytorch/pytorch/pull/105489", raises="AssertionError",
-    match="must generate a tuple of two `TorchDispatchMode`s")
-
-OPS = ("mm", "sigmoid", "mse_loss")
+# pytorch/pytorch#105489 (behind a flag in 2.2-2.4, not traced in 2.1) and must return dispatch modes.
+context_fn_limits = pytest.mark.limitation(
+    "pytorch/pytorch#105489", raises=("AssertionError", "torch._dynamo.exc.Unsupported"),
+    match="Passing context_fn to torch.utils.checkpoint is currently not supported under torch.compile"
+          "|call_function args: .*FunctionVariable|must generate a tuple of two `TorchDispatchMode`s")
 
 
 def body(x, w):
@@ -65,53 +59,29 @@ def body(x, w):
     return h.detach(), s.detach(), torch.nn.functional.mse_loss(s, torch.zeros_like(s), reduction="none")
 
 
-def op_dtypes(outputs):
-    return [f"{op}:{str(o.dtype).replace('torch.', '')}" for op, o in zip(OPS, outputs)]
-
-
-def inputs(device):
-    return torch.randn(4, 8, device=device, requires_grad=True), torch.randn(8, 8, device=device, requires_grad=True)
-
-
-def under_autocast(fn, device, dtype):
-    def run(*args):
-        with torch.autocast(device, dtype=dtype):
-            return fn(*args)
-    return run
-
-
-def ckpt(fn, **kwargs):
-    return lambda x, w: checkpoint(fn, x, w, use_reentrant=False, **kwargs)
-
-
-def one_step(fn, device):
-    """Forward and backward of fn on fresh inputs: (body's `op:dtype`s, the matmuls backward ran)."""
-    outputs = fn(*inputs(device))
-    with OpLog() as log:
-        sum(o.float().sum() for o in outputs).backward()
-    return op_dtypes(outputs), log.ops
-
-
 def autocast_state(device):
-    """(enabled, dtype) of autocast on `device`, in whichever spelling this torch has."""
-    if hasattr(torch, "get_autocast_dtype"):  # 2.4+
+    """(enabled, dtype) of autocast on `device`."""
+    if hasattr(torch, "get_autocast_dtype"):  # torch 2.4+; before, one function per device
         return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
-    if device == "cpu":
-        return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
-    return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+    return ((torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()) if device == "cpu"
+            else (torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()))
 
 
-def check_dtypes(case, fn, compiled, device, dtype):
-    """case.check, then a later compiled step against an eager one: the dtype of each op of the
-    forward, and the matmuls of backward (1 recompute + 2 gradients) with theirs."""
-    before = autocast_state(device)
-    case.check(fn, *inputs(device), compiled=compiled, tolerances=TOLERANCES[dtype])
-    (eager_fwd, eager_bwd), (fwd, bwd) = one_step(fn, device), one_step(compiled, device)
-    case.record(forward_dtypes={"eager": eager_fwd, "compiled": fwd},
-                backward_matmuls={"eager": eager_bwd, "compiled": bwd})
+def check_dtypes(case, fn, device, dtype, compiled=None):
+    """case.check, then one more step eagerly and compiled (`compiled`: the case's compile of fn):
+    the dtype of each op of the forward, and the matmuls of backward (1 recompute + 2 gradients)."""
+    def step(f):
+        outputs = f(x, w)
+        with OpLog() as log:
+            sum(o.float().sum() for o in outputs).backward()
+        return [f"{op}:{str(o.dtype).replace('torch.', '')}" for op, o in zip(("mm", "sigmoid", "mse_loss"), outputs)], log.ops
+    before, compiled = autocast_state(device), compiled or case.compile(fn)
+    x, w = torch.randn(4, 8, device=device, requires_grad=True), torch.randn(8, 8, device=device, requires_grad=True)
+    case.check(fn, x, w, compiled=compiled, tolerances=TOLERANCES[dtype])
+    (eager_fwd, eager_bwd), (fwd, bwd) = step(fn), step(compiled)
+    case.record(forward_dtypes={"eager": eager_fwd, "compiled": fwd}, backward_matmuls={"eager": eager_bwd, "compiled": bwd})
     assert autocast_state(device) == before, "autocast state leaked out of the compiled code"
-    low = str(dtype).replace("torch.", "")
-    assert eager_fwd[0] == f"mm:{low}" and len(eager_bwd) == 3, f"eager: {eager_fwd}, backward {eager_bwd}"
+    assert eager_fwd[0] == f"mm:{dtype}".replace("torch.", "") and len(eager_bwd) == 3, f"eager: {eager_fwd}, {eager_bwd}"
     assert fwd == eager_fwd, f"forward op dtypes: compiled {fwd}, eager {eager_fwd}"
     assert sorted(bwd) == sorted(eager_bwd), f"backward matmuls: compiled {bwd}, eager {eager_bwd}" + (
         "; the checkpointed function was not recomputed" if len(bwd) < len(eager_bwd) else "")
@@ -123,48 +93,56 @@ def check_dtypes(case, fn, compiled, device, dtype):
 @BACKENDS
 @pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
 def test_autocast_around_compiled_checkpoint(case, device, dtype, backend, fullgraph):
-    # Autocast is entered eagerly; the compiled function only checkpoints.
-    fn, compiled = ckpt(body), case.compile(ckpt(body))
-    check_dtypes(case, under_autocast(fn, device, dtype), under_autocast(compiled, device, dtype), device, dtype)
+    # Autocast is entered eagerly (torch.autocast as a decorator), around the compiled function, which
+    # only checkpoints.
+    def ckpt(x, w):
+        return checkpoint(body, x, w, use_reentrant=False)
+    eager, compiled = torch.autocast(device, dtype=dtype)(ckpt), torch.autocast(device, dtype=dtype)(case.compile(ckpt))
+    check_dtypes(case, eager, device, dtype, compiled=compiled)
 
 
 @pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
 @BACKENDS
 @pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
 def test_autocast_inside_compiled_around_checkpoint(case, device, dtype, backend, fullgraph):
-    fn = under_autocast(ckpt(body), device, dtype)
-    check_dtypes(case, fn, case.compile(fn), device, dtype)
+    def fn(x, w):
+        with torch.autocast(device, dtype=dtype):
+            return checkpoint(body, x, w, use_reentrant=False)
+    check_dtypes(case, fn, device, dtype)
 
 
 @pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
 @BACKENDS
 @pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
 def test_autocast_inside_checkpointed_function(case, device, dtype, backend, fullgraph):
-    fn = ckpt(under_autocast(body, device, dtype))
-    check_dtypes(case, fn, case.compile(fn), device, dtype)
+    def autocast_body(x, w):
+        with torch.autocast(device, dtype=dtype):
+            return body(x, w)
+    check_dtypes(case, lambda x, w: checkpoint(autocast_body, x, w, use_reentrant=False), device, dtype)
 
 
 # --- an eager checkpoint of a compiled function -------------------------------------------------
 
-def check_eager_checkpoint_runs(case, compiled_body, device, dtype, **ckpt_kwargs):
+def check_eager_checkpoint_runs(case, compiled_body, device, dtype, **checkpoint_kwargs):
     """An eager checkpoint, under autocast, of body and of compiled_body: case.check, then each run
     of the function in one step (forward, recompute) with the dtype of each of its ops. (OpLog
     cannot watch this backward: under a dispatch mode the compiled function runs eagerly.)"""
     runs = {"eager": [], "compiled": []}
-
-    def step_fn(fn, key):
+    def step_fn(fn, key):  # fn under an eager checkpoint, under autocast; notes each run of fn in runs[key]
         def run(x, w):
             outputs = fn(x, w)
-            runs[key].append(op_dtypes(outputs))
+            runs[key].append([f"{op}:{str(o.dtype).replace('torch.', '')}" for op, o in zip(("mm", "sigmoid", "mse_loss"), outputs)])
             return outputs
-        return under_autocast(ckpt(run, **ckpt_kwargs), device, dtype)
-
-    case.check(step_fn(body, "eager"), *inputs(device), compiled=step_fn(compiled_body, "compiled"),
-               tolerances=TOLERANCES[dtype])
+        def step(x, w):
+            with torch.autocast(device, dtype=dtype):
+                return checkpoint(run, x, w, use_reentrant=False, **checkpoint_kwargs)
+        return step
+    x, w = torch.randn(4, 8, device=device, requires_grad=True), torch.randn(8, 8, device=device, requires_grad=True)
+    case.check(step_fn(body, "eager"), x, w, compiled=step_fn(compiled_body, "compiled"), tolerances=TOLERANCES[dtype])
     for key, fn in (("eager", body), ("compiled", compiled_body)):
         runs[key].clear()
         with torch.utils.checkpoint.set_checkpoint_early_stop(False):  # the recompute runs to its end
-            sum(o.float().sum() for o in step_fn(fn, key)(*inputs(device))).backward()
+            sum(o.float().sum() for o in step_fn(fn, key)(x, w)).backward()
     case.record(function_runs_per_step=runs)
     assert len(runs["eager"]) == 2, f"eager checkpoint ran the function {len(runs['eager'])} times, not 2"
     assert runs["compiled"] == runs["eager"], \
@@ -191,14 +169,16 @@ def restore_autocast_context_fn(device):
     return context_fn
 
 
-@context_fn_gate
-@context_fn_untraced
+@context_fn_limits
 @pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
-@pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=modes_required)])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 @pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
 def test_context_fn_restores_autocast_for_recompute(case, device, dtype, backend, fullgraph):
-    fn = under_autocast(ckpt(body, context_fn=restore_autocast_context_fn(device)), device, dtype)
-    check_dtypes(case, fn, case.compile(fn), device, dtype)
+    context_fn = restore_autocast_context_fn(device)
+    def fn(x, w):
+        with torch.autocast(device, dtype=dtype):
+            return checkpoint(body, x, w, use_reentrant=False, context_fn=context_fn)
+    check_dtypes(case, fn, device, dtype)
 
 
 @ambient_hooks

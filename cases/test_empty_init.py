@@ -38,6 +38,7 @@ Lightning flows run on CPU only (one device, no logger, no checkpoint callback, 
 
 import contextlib
 import copy
+import functools
 import math
 
 import pytest
@@ -246,19 +247,13 @@ def test_dynamic_fullgraph_call_under_mode(case, device, backend, fullgraph, mod
     if mode == "branchless_skip_init":
         make_mode = BranchlessSkipInit
     else:
-        _EmptyInit = need("lightning.fabric.utilities.init._EmptyInit")
-
-        def make_mode():
-            return _EmptyInit(enabled=mode == "empty_init_enabled")
-
+        make_mode = functools.partial(need("lightning.fabric.utilities.init._EmptyInit"), mode == "empty_init_enabled")
     block = Block().to(device)
-    compiled = UnderMode(case.compile(copy.deepcopy(block), fullgraph=True, dynamic=True), make_mode)
-    eager = UnderMode(block, make_mode)
+    eager, compiled = UnderMode(block, make_mode), UnderMode(case.compile(copy.deepcopy(block), dynamic=True), make_mode)
     case.check(eager, x_on(device), compiled=compiled)
     case.record(mode=mode, sentinel_initialised_eager=eager.initialised, sentinel_initialised=compiled.initialised)
     expected = mode == "empty_init_disabled"
-    assert set(compiled.initialised) == {expected}, \
-        f"sentinel initialised after the compiled calls: {compiled.initialised}, expected {expected}"
+    assert set(compiled.initialised) == {expected}, f"sentinel initialised: {compiled.initialised}, expected {expected}"
 
 
 def lit_class(layer):

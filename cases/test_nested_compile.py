@@ -54,10 +54,6 @@ class GraphRecorder:
         self.graphs.append(gm)
         return self.backend(gm, example_inputs)
 
-    @property
-    def count(self) -> int:
-        return len(self.graphs)
-
     def ops(self) -> list[str]:
         """Names of the functions and methods the graphs call, sorted, without repeats."""
         return sorted({n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
@@ -116,10 +112,10 @@ def test_compiled_fn_calls_compiled_fn(case, device, backend, fullgraph):
     inner_c = torch.compile(inner_fn, backend=inner_backend)
     outer_c = torch.compile(outer_fn_of(inner_c), backend=outer_backend, fullgraph=fullgraph)
     case.check(outer_fn_of(inner_fn), x_on(device), compiled=outer_c)
-    case.record(outer_backend_graphs=outer_backend.count, inner_backend_graphs=inner_backend.count,
-                inner_inlined=inner_backend.count == 0)
+    case.record(outer_backend_graphs=len(outer_backend.graphs), inner_backend_graphs=len(inner_backend.graphs),
+                inner_inlined=len(inner_backend.graphs) == 0)
     # Something was compiled, and the inner's sin ran in a compiled graph (outer's or inner's).
-    assert outer_backend.count + inner_backend.count >= 1
+    assert len(outer_backend.graphs) + len(inner_backend.graphs) >= 1
     assert "sin" in outer_backend.ops() + inner_backend.ops()
 
 
@@ -133,8 +129,8 @@ def test_compiled_submodule_in_compiled_parent(case, device, backend, fullgraph)
     outer_c = torch.compile(compiled_parent, backend=outer_backend, fullgraph=fullgraph)
     case.check(eager_parent, x_on(device), compiled=outer_c)
     ops = sorted(set(outer_backend.ops()) | set(inner_backend.ops()))
-    case.record(outer_backend_graphs=outer_backend.count, inner_backend_graphs=inner_backend.count,
-                inner_inlined=inner_backend.count == 0, captured_ops=ops)
+    case.record(outer_backend_graphs=len(outer_backend.graphs), inner_backend_graphs=len(inner_backend.graphs),
+                inner_inlined=len(inner_backend.graphs) == 0, captured_ops=ops)
     # The child's relu ran in a compiled graph, whichever wrapper compiled it.
     assert "relu" in ops, f"captured ops {ops}"
 
@@ -154,26 +150,22 @@ def _inner_with_break(kind):
 @pytest.mark.parametrize("nested_graph_breaks", ["default", "on"])
 @pytest.mark.parametrize("breaker", ["graph_break", "print"])
 def test_inner_graph_break(case, device, backend, fullgraph, breaker, nested_graph_breaks):
-    # The inner compiled function graph-breaks: the outer frame is split and the resumed
-    # frames are compiled. With `nested_graph_breaks` (2.9+) Dynamo resumes inside the nested
-    # frame instead of running the whole inner call eagerly.
-    import torch._dynamo.config as dynamo_config
-
-    patches = {}
+    # The inner compiled function graph-breaks: the resumed frames are compiled. With `nested_graph_breaks`
+    # (2.9+) Dynamo resumes inside the nested frame instead of running the whole inner call eagerly.
     if nested_graph_breaks == "on":
         need("torch._dynamo.config.nested_graph_breaks")
-        patches["nested_graph_breaks"] = True
+    patches = {"nested_graph_breaks": True} if nested_graph_breaks == "on" else {}
     inner = _inner_with_break(breaker)
     outer_backend, inner_backend = GraphRecorder(backend), GraphRecorder(backend)
     inner_c = torch.compile(inner, backend=inner_backend)
     outer_c = torch.compile(outer_fn_of(inner_c), backend=outer_backend, fullgraph=False)
-    with dynamo_config.patch(**patches):
+    with torch._dynamo.config.patch(**patches):
         case.check(outer_fn_of(inner), x_on(device), compiled=outer_c)
-    total, captured = outer_backend.count + inner_backend.count, set(outer_backend.ops()) | set(inner_backend.ops())
-    case.record(outer_backend_graphs=outer_backend.count, inner_backend_graphs=inner_backend.count,
+    total = len(outer_backend.graphs) + len(inner_backend.graphs)
+    captured = set(outer_backend.ops()) | set(inner_backend.ops())
+    case.record(outer_backend_graphs=len(outer_backend.graphs), inner_backend_graphs=len(inner_backend.graphs),
                 backend_graphs=total, captured_ops=sorted(captured))
-    # The break splits the captured code: at least two graphs, whichever wrapper got them (Dynamo's
-    # graph_break counter stays 0 with nested_graph_breaks on in 2.9), with ops from both sides of it.
+    # At least two graphs, whichever wrapper got them (graph_break counter: 0 with nested_graph_breaks on in 2.9).
     assert total >= 2, f"{total} graph(s) for code with a graph break in the middle"
     assert {"sin", "cos"} <= captured, f"captured ops {sorted(captured)}"
 
@@ -202,7 +194,7 @@ def test_inner_compiler_disable(case, device, backend, fullgraph, recursive):
     outer_c = torch.compile(outer_fn_of(inner_disabled), backend=recorder, fullgraph=False)
     case.check(outer_fn_of(inner), x_on(device), compiled=outer_c)
     ops = recorder.ops()
-    case.record(backend_graphs=recorder.count, captured_ops=ops, inner_calls=len(calls))
+    case.record(backend_graphs=len(recorder.graphs), captured_ops=ops, inner_calls=len(calls))
     assert len(calls) == 3, f"inner ran {len(calls)} times for 1 eager + 2 compiled runs"
     assert "sinh" not in ops, f"the disabled frame was traced: {ops}"
     if recursive:
@@ -288,9 +280,7 @@ def region_block(x):
 
 
 def region_outer_of(block):
-    def outer(x):
-        return block(block(x)) + x
-    return outer
+    return lambda x: block(block(x)) + x
 
 
 def check_region(case, device, backend, fullgraph):
@@ -310,7 +300,7 @@ def check_region(case, device, backend, fullgraph):
         calls = [n for gm in recorder.graphs for n in gm.graph.nodes
                  if n.op == "call_function" and "invoke_subgraph" in str(n.target)]
         subgraphs = sorted({str(n.args[0].target) for n in calls})
-        case.record(backend_graphs=recorder.count, region_calls=len(calls), region_subgraphs=subgraphs)
+        case.record(backend_graphs=len(recorder.graphs), region_calls=len(calls), region_subgraphs=subgraphs)
     assert (len(calls), len(subgraphs)) == (2, 1), f"region called {len(calls)} times, subgraphs {subgraphs}"
 
 
@@ -358,5 +348,5 @@ def test_recompile_limit_in_nested_call(case, device, backend, fullgraph):
     outer_c = torch.compile(outer_of(inner_c), backend=recorder, dynamic=False)
     with unittest.mock.patch.object(dynamo_config, limit_name, 2):
         case.check(over_ks(outer_of(inner)), x_on(device), compiled=over_ks(outer_c))
-    case.record(limit_config=limit_name, limit=2, distinct_k=len(ks), backend_graphs=recorder.count)
-    assert recorder.count < len(ks), f"{recorder.count} graphs for {len(ks)} k: the limit did not stop compiling"
+    case.record(limit_config=limit_name, limit=2, distinct_k=len(ks), backend_graphs=len(recorder.graphs))
+    assert len(recorder.graphs) < len(ks), f"{len(recorder.graphs)} graphs for {len(ks)} values of k"

@@ -250,13 +250,11 @@ class Skip(Exception):
 NEED = '''
 def need(dotted):
     """The object at `dotted`, or Skip naming what this installation lacks."""
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            return functools.reduce(getattr, parts[cut:], importlib.import_module(".".join(parts[:cut])))
-        except (ImportError, AttributeError):
-            continue
-    raise Skip(f"missing: {dotted}")
+    module, _, name = dotted.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        raise Skip(f"missing: {dotted}") from None
 '''
 
 DECLARED = '''
@@ -269,6 +267,27 @@ def declared(error):
                 return outcome
         error = error.__cause__ or error.__context__
 '''
+
+
+def _attributes(nodes) -> set:
+    return {n.attr for node in nodes for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+
+
+def without_unused_methods(source: str, attributes: set) -> str:
+    """`source` less the methods of its plain classes (no base class: the harness's `Case`, a
+    case's recorder) that nothing calls: neither the case (`attributes`) nor a method kept. Dunder
+    methods stay; classes with a base keep everything (torch calls `forward`, `__torch_function__`)."""
+    classes = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and not n.bases]
+    methods = [m for c in classes for m in c.body if isinstance(m, ast.FunctionDef)]
+    kept, used = set(), set(attributes)
+    while True:
+        now = {m for m in methods if m.name.startswith("__") or m.name in used}
+        if now == kept:
+            break
+        kept, used = now, used | _attributes(now)
+    dropped = {number for m in methods if m not in kept
+               for number in range(min([m.lineno] + [d.lineno for d in m.decorator_list]) - 1, m.end_lineno)}
+    return "\n".join(line for number, line in enumerate(source.splitlines()) if number not in dropped) + "\n"
 
 
 def script_name(case_id: str) -> str:
@@ -294,18 +313,24 @@ def _arguments(info: dict, fixtures: set) -> list[str]:
 def build_script(info: dict) -> str:
     """The standalone script of a collected case (see the module docstring)."""
     source = pathlib.Path(info["path"]).read_text()
+    function = info["function"]
+    case_nodes = [s.node for s in needed(statements(source), {function} | set(info["argnames"]))]
+    source = without_unused_methods(source, _attributes(case_nodes))
     own = {s.node.name: s for s in statements(source) if isinstance(s.node, ast.FunctionDef)}  # with docstrings
     found = [own.get(getattr(s.node, "name", None), s) if getattr(s.node, "name", None) == info["function"] else s
              for s in statements(source, docstrings=False) if not (s.is_import and _imported_module(s).split(".")[0] in BLOCKED)]
-    function = info["function"]
     fixtures = {s.node.name for s in found if isinstance(s.node, ast.FunctionDef) and s.node.name in info["argnames"]
                 and s.node.name != function}
     case_code = needed(found, {function} | fixtures)
     uses = {name for s in case_code for name in s.uses}
     if uses & {"pytest", "_pytest"}:
         raise ReproError(f"cannot export {info['case']}: its code calls pytest (only decorators may)")
-    kit = [s for s in statements(CASEKIT.read_text(), docstrings=False) if not s.is_import]
+    kit = [s for s in statements(without_unused_methods(CASEKIT.read_text(), _attributes(s.node for s in case_code)),
+                                 docstrings=False) if not s.is_import]
     kit_code = needed(kit, {"Case"} | (uses & {"OpLog", "TOLERANCES"}))
+    # Helpers read as one block each, as carried classes do: the script stays short.
+    case_code = [s if getattr(s.node, "name", None) == function else dataclasses.replace(
+        s, text="\n".join(line for line in s.text.splitlines() if line.strip())) for s in case_code]
     names = {name for s in case_code + kit_code for name in s.uses}
     expected = [(e["kind"], e["ref"], tuple(e["raises"]), e["match"]) for e in info["expected"]]
     # `fixed` when a declared upstream bug of this torch no longer reproduces (harness.outcomes)
@@ -316,7 +341,7 @@ def build_script(info: dict) -> str:
     if "'cuda'" in params.values():
         guards.append("if not torch.cuda.is_available():\n            raise Skip('no CUDA device')")
     skips = bool(guards) or "need" in uses
-    stdlib = {"sys", "traceback"} | ({"re"} if expected else set()) | ({"functools", "importlib"} if "need" in uses else set()) \
+    stdlib = {"sys", "traceback"} | ({"re"} if expected else set()) | ({"importlib"} if "need" in uses else set()) \
         | ({"pathlib", "tempfile"} if "tmp_path" in info["argnames"] else set())
     imports = []
     for s in [s for s in found + statements(CASEKIT.read_text()) if s.is_import]:
@@ -330,15 +355,17 @@ def build_script(info: dict) -> str:
     backend = ast.literal_eval(params["backend"]) if params.get("backend") else "inductor"
     fullgraph = ast.literal_eval(params["fullgraph"]) if params.get("fullgraph") else False
     header = (f'"""`{info["case"]}`, eager against torch.compile (torch-compile-matrix, torch {info["torch"]}).\n'
-              "Case.check compares outputs, dtypes and gradients; the case's asserts check what the feature does.\n")
-    parts = [header + '"""', f"import {', '.join(sorted(stdlib))}\n\n" +
+              "Case.check compares outputs, dtypes and gradients; the case's asserts check what the feature does.")
+    parts = [header + '"""', f"import {', '.join(sorted(stdlib))}\n" +
              "\n".join(sorted(imports, key=lambda i: (i.startswith("from "), i)))]
     if expected:  # the failures the matrix declares for this case
         listed = "".join(f"\n    {e!r}," for e in expected) + "\n" if len(expected) > 1 else repr(expected[0])
         parts.append(f"EXPECTED = [{listed}]  # (outcome, reference, exception names, message pattern)")
     if skips:
-        parts.append(SKIP.strip() + ("\n\n\n" + NEED.strip() if "need" in uses else ""))
-    parts += [s.text for s in kit_code] + [s.text for s in case_code if not s.is_import]
+        parts.append(SKIP.strip() + ("\n" + NEED.strip() if "need" in uses else ""))
+    parts.append("\n".join(s.text for s in kit_code))  # the comparison, carried as one block
+    helpers = [s.text for s in case_code if not s.is_import and getattr(s.node, "name", None) != function]
+    parts += ["\n".join(helpers)] + [s.text for s in case_code if getattr(s.node, "name", None) == function]
     if expected:
         parts.append(DECLARED.strip())
     call = f"{function}({', '.join(_arguments(info, fixtures))})"
@@ -347,11 +374,10 @@ def build_script(info: dict) -> str:
     main = [
         'if __name__ == "__main__":',
         "    torch.manual_seed(0)  # as the matrix starts every case",
-        f"    case = Case({backend!r}, fullgraph={fullgraph!r})",
+        f"    case, outcome = Case({backend!r}, fullgraph={fullgraph!r}), {passed!r}",
         "    try:",
         *[f"        {g}" for g in guards],
         f"        {call}",
-        f"        outcome = {passed!r}",
         *(["    except Skip as reason:", "        outcome = f'skip: {reason}'"] if skips else []),
         "    except Exception as error:",
         "        traceback.print_exc(file=sys.stdout)",

@@ -14,6 +14,7 @@ import faulthandler
 import os
 import resource
 import sys
+import traceback
 
 import pytest
 from _pytest.runner import runtestprotocol
@@ -266,6 +267,9 @@ class CaseRunner:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
+        if call.excinfo is not None and outcomes.out_of_memory(call.excinfo.value):
+            # The case's frames still hold what filled the memory: free it before the report is built.
+            traceback.clear_frames(call.excinfo.tb)
         result = yield
         report = result.get_result()
         data = classify(item, call, report)

@@ -9,7 +9,7 @@ import pytest
 from harness import bisect, repro, sessions
 from tests.conftest import ROOT
 
-CASE = "checkpoint/plain_checkpoint[cpu-eager-fullgraph]"
+CASE = "checkpoint/plain_checkpoint[cpu-aot_eager-fullgraph]"
 
 
 def harness(*args, timeout=1800):

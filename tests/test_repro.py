@@ -71,7 +71,7 @@ def test_scripts_print_the_outcome_the_matrix_records(collected, tmp_path):
 
 
 def test_repro_prints_an_issue_with_the_versions_at_hand(tmp_path):
-    case_id = "checkpoint/plain_checkpoint[cpu-eager-fullgraph]"
+    case_id = "checkpoint/plain_checkpoint[cpu-aot_eager-fullgraph]"
     table = tmp_path / "results"
     for torch_version, session, outcome in (("2.4.1", "cpu_torch24", "fail"), ("2.5.1", "cpu_torch25", "pass")):
         writer = records.ResultsWriter(table / f"{session}.jsonl")  # a results file as sessions write them
