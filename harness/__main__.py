@@ -86,6 +86,7 @@ def parser() -> argparse.ArgumentParser:
     rpr.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
     rpr.add_argument("--results", nargs="+", metavar="DIR", default=[],
                      help="more directories of results files for the issue's table of versions")
+    rpr.add_argument("--jobs", type=int, default=1, metavar="N", help="with --all, scripts run at a time (default 1)")
     rpr.add_argument("--all", action="store_true", help="every case of --session, each script run and its outcome "
                      "compared with the session's results file; exit 1 on a mismatch or a script over 120 lines")
     rpr.set_defaults(func=repro)

@@ -16,6 +16,7 @@ with what the session's results file records.
 from __future__ import annotations
 
 import ast
+import concurrent.futures
 import dataclasses
 import difflib
 import json
@@ -572,21 +573,26 @@ def check_session(args) -> int:
     collected = collect(python, ["*"])
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix=f"repro-{session}-"))
     out.mkdir(parents=True, exist_ok=True)
-    lengths, mismatches, unexported = {}, [], []
-    for number, case_id in enumerate(collected["cases"], 1):
+    lengths, mismatches, unexported, scripts = {}, [], [], {}
+    for case_id in collected["cases"]:
         try:
             text = build_script(collected["cases"][case_id])
         except ReproError as exc:
             unexported.append(f"{case_id}: {exc}")
             continue
-        path = out / script_name(case_id)
-        path.write_text(text)
+        scripts[case_id] = out / script_name(case_id)
+        scripts[case_id].write_text(text)
         lengths[case_id] = text.count("\n")
-        got = run_script(python, path)["outcome"] if not args.no_run else None
-        want = recorded.get(case_id, "not run")
-        if not args.no_run and got != want:
-            mismatches.append(f"{case_id}: script {got}, matrix {want}")
-        print(f"[{number}/{len(collected['cases'])}] {lengths[case_id]:4d} lines  {got or '-':10s} {case_id}", flush=True)
+    # Scripts are separate processes: --jobs of them at a time, reported in the order of the cases.
+    with concurrent.futures.ThreadPoolExecutor(max(args.jobs, 1)) as pool:
+        runs = {case_id: pool.submit(run_script, python, path) for case_id, path in scripts.items()} \
+            if not args.no_run else {}
+        for number, case_id in enumerate(scripts, 1):
+            got = runs[case_id].result()["outcome"] if runs else None
+            want = recorded.get(case_id, "not run")
+            if runs and got != want:
+                mismatches.append(f"{case_id}: script {got}, matrix {want}")
+            print(f"[{number}/{len(scripts)}] {lengths[case_id]:4d} lines  {got or '-':10s} {case_id}", flush=True)
     over = sorted((n, c) for c, n in lengths.items() if n > MAX_LINES)
     print(f"{session}: {len(lengths)} scripts in {out}; lines median {statistics.median(lengths.values()):.0f}, "
           f"largest {max(lengths.values())}; over {MAX_LINES}: {len(over)}; outcome mismatches: {len(mismatches)}; "
