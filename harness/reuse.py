@@ -7,8 +7,8 @@ model and the C++ compiler inductor builds with; the GPU and its driver for a CU
 family's file and cases/conftest.py, every harness module that runs in a session, and the options
 that change outcomes (time limit, reruns, memory limit). The keys of a run are kept in its
 environment record (`reuse_keys`); a family whose key is unchanged has its records carried over,
-each saying which run and commit measured it (`reused_from`). `error` and `flaky` records are never
-carried: those cases run again. A run that finished (its `end` record) of the full session is a
+each saying which run and commit measured it (`reused_from`). `error` records are never
+carried: those cases run again (`flaky` ones are carried, attempts and all). A run that finished (its `end` record) of the full session is a
 source; a run narrowed by pytest arguments neither reuses nor is reused.
 
     python -m harness.reuse SESSION --plan PATH [--fresh]     (in the session's venv, before pytest)
@@ -36,7 +36,10 @@ from harness.environment import git_commit, installed_packages
 from harness.outcomes import OUTCOMES
 
 ROOT = sessions.ROOT
-NOT_CARRIED = {"error", "flaky"}
+# An `error` is the harness failing to run a case: run it again. A `flaky` record is carried with its
+# attempts: rerun alone, an order-dependent case would not meet the state it met in the session
+# (the weekly fresh run measures it again).
+NOT_CARRIED = {"error"}
 REUSE_FROM_ENV = "HARNESS_REUSE_FROM"  # a directory of results files to reuse from (default: the results dir)
 FRESH_ENV = "HARNESS_FRESH"
 # Harness modules that never run in a session: a change to them re-runs nothing.

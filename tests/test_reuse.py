@@ -104,6 +104,10 @@ def test_nothing_changed_runs_nothing_and_says_what_it_reused(project, tmp_path)
 def test_a_changed_family_file_runs_that_family_alone(project, tmp_path):
     results = tmp_path / "results"
     session(project, results)  # the setup error is retried once, and passes: flaky
+    assert cases(results)["beta/setup_breaks_once"]["outcome"] == "flaky"
+    # carried with its attempts: rerun alone, an order-dependent case would not meet the session's state
+    assert "5 records reused; to run: nothing" in session(project, results)
+    assert cases(results)["beta/setup_breaks_once"]["attempts"][0]["outcome"] == "error"
     path = project / "cases" / "test_beta.py"
     path.write_text(path.read_text() + "\n# a change\n")
     assert "3 records reused; to run: beta" in session(project, results)
