@@ -151,12 +151,18 @@ class Bisection:
             return
         low, high = runnable[0], runnable[-1]
         if self.run(low).outcome == self.run(high).outcome:
-            return  # no change between the ends (or more than one, which only --all shows)
-        while (index := self.middle(low, high)) is not None:
-            if self.run(index).outcome == self.results[low].outcome:
-                low = index
-            else:
-                high = index
+            return  # no change between the ends (or an even number of them, which only --all shows)
+        # Halve every interval whose ends differ: one change costs about log2(N) runs; a middle that
+        # matches neither end (skip -> known -> fixed) leaves two intervals, each bisected.
+        pending = [(low, high)]
+        while pending:
+            low, high = pending.pop(0)
+            index = self.middle(low, high)
+            if index is None:
+                continue
+            self.run(index)
+            pending[:0] = [(a, b) for a, b in ((low, index), (index, high))
+                           if self.results[a].outcome != self.results[b].outcome]
 
 
 def command(args) -> int:
@@ -173,8 +179,8 @@ def command(args) -> int:
         print(f"no boundary: {ran[0].outcome} on every version that ran")
     skipped = [t.version for i, t in enumerate(targets) if i not in bisection.results]
     if skipped:
-        print(f"not run: {', '.join(skipped)}" + ("" if args.all else " (a bisection assumes one change between the "
-                                                  "ends; --all runs every version)"))
+        print(f"not run: {', '.join(skipped)}" + ("" if args.all else " (a bisection sees the changes between versions "
+                                                  "it ran; --all runs every version)"))
     print(f"ran {len(ran)} of {len(targets)} versions; built {len(bisection.built)} environment(s)"
           + (f": {', '.join(bisection.built)}" if bisection.built else ""))
     if not ran:
