@@ -10,9 +10,9 @@ from harness import records, repro, sessions, matrix
 from tests.conftest import ROOT
 
 
-def harness(*args, timeout=900):
+def harness(*args, timeout=900, **env):
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=repro.clean_env())
+                          timeout=timeout, env=repro.clean_env(**env))
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,9 @@ def test_repro_prints_an_issue_with_the_versions_at_hand(tmp_path):
                       "exc_type": None, "message": "", "upstream": [], "metrics": {}, "duration": 1.0, "nodeid": ""})
         writer.close()
     out = tmp_path / "repro.py"
-    done = harness("repro", case_id, "--python", sys.executable, "--out", str(out), "--results", str(table))
+    # --results adds the table; the checkout's committed matrix is kept out (an empty results dir).
+    done = harness("repro", case_id, "--python", sys.executable, "--out", str(out), "--results", str(table),
+                   **{records.RESULTS_ENV: str(tmp_path / "no-results")})
     assert done.returncode == 0, done.stderr
     issue = done.stdout
     lines = issue.splitlines()
