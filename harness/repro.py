@@ -210,10 +210,7 @@ def statements(source: str, docstrings: bool = True) -> list[Statement]:
                     skip.update(range(body[0].lineno - 1, body[0].end_lineno))
                     if not lines[body[0].end_lineno].strip():  # and the blank line after it
                         skip.add(body[0].end_lineno)
-        kept = [line for number, line in enumerate(lines[start:node.end_lineno], start) if number not in skip]
-        if not docstrings and isinstance(node, ast.ClassDef):  # carried classes read as one block
-            kept = [line for line in kept if line.strip()]
-        text = "\n".join(kept)
+        text = "\n".join(line for number, line in enumerate(lines[start:node.end_lineno], start) if number not in skip)
         uses = set().union(*(_names(child) for child in ast.iter_child_nodes(node) if child not in dropped))
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             defines = {(a.asname or a.name).split(".")[0] for a in node.names}
@@ -223,6 +220,11 @@ def statements(source: str, docstrings: bool = True) -> list[Statement]:
             defines = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         found.append(Statement(text, defines, uses - defines, node))
     return found
+
+
+def as_block(statement: Statement) -> Statement:
+    """The statement without its blank lines: a carried helper reads as one block, the script stays short."""
+    return dataclasses.replace(statement, text="\n".join(line for line in statement.text.splitlines() if line.strip()))
 
 
 def needed(found: list[Statement], roots: set) -> list[Statement]:
@@ -318,7 +320,7 @@ def build_script(info: dict) -> str:
     case_nodes = [s.node for s in needed(statements(source), {function} | set(info["argnames"]))]
     source = without_unused_methods(source, _attributes(case_nodes))
     own = {s.node.name: s for s in statements(source) if isinstance(s.node, ast.FunctionDef)}  # with docstrings
-    found = [own.get(getattr(s.node, "name", None), s) if getattr(s.node, "name", None) == info["function"] else s
+    found = [own.get(getattr(s.node, "name", None), s) if getattr(s.node, "name", None) == function else s
              for s in statements(source, docstrings=False) if not (s.is_import and _imported_module(s).split(".")[0] in BLOCKED)]
     fixtures = {s.node.name for s in found if isinstance(s.node, ast.FunctionDef) and s.node.name in info["argnames"]
                 and s.node.name != function}
@@ -326,12 +328,11 @@ def build_script(info: dict) -> str:
     uses = {name for s in case_code for name in s.uses}
     if uses & {"pytest", "_pytest"}:
         raise ReproError(f"cannot export {info['case']}: its code calls pytest (only decorators may)")
-    kit = [s for s in statements(without_unused_methods(CASEKIT.read_text(), _attributes(s.node for s in case_code)),
-                                 docstrings=False) if not s.is_import]
-    kit_code = needed(kit, {"Case"} | (uses & {"OpLog", "TOLERANCES"}))
-    # Helpers read as one block each, as carried classes do: the script stays short.
-    case_code = [s if getattr(s.node, "name", None) == function else dataclasses.replace(
-        s, text="\n".join(line for line in s.text.splitlines() if line.strip())) for s in case_code]
+    kit = statements(without_unused_methods(CASEKIT.read_text(), _attributes(s.node for s in case_code)),
+                     docstrings=False)
+    kit_code = [as_block(s) for s in needed([s for s in kit if not s.is_import],
+                                            {"Case"} | (uses & {"OpLog", "TOLERANCES"}))]
+    case_code = [s if getattr(s.node, "name", None) == function else as_block(s) for s in case_code]
     names = {name for s in case_code + kit_code for name in s.uses}
     expected = [(e["kind"], e["ref"], tuple(e["raises"]), e["match"]) for e in info["expected"]]
     # `fixed` when a declared upstream bug of this torch no longer reproduces (harness.outcomes)
@@ -345,7 +346,7 @@ def build_script(info: dict) -> str:
     stdlib = {"sys", "traceback"} | ({"re"} if expected else set()) | ({"importlib"} if "need" in uses else set()) \
         | ({"pathlib", "tempfile"} if "tmp_path" in info["argnames"] else set())
     imports = []
-    for s in [s for s in found + statements(CASEKIT.read_text()) if s.is_import]:
+    for s in [s for s in found + kit if s.is_import]:
         module = _imported_module(s)
         if module == "__future__" or not s.defines & (names | {"torch"}):
             continue
