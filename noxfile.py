@@ -24,8 +24,7 @@ import nox
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # nox does not put it there
 
-from harness import envcheck, matrix, sessions
-from harness.outcomes import OUTCOMES
+from harness import envcheck, matrix, reuse, sessions
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -88,16 +87,20 @@ def run_cases(session: nox.Session, spec: matrix.Session) -> None:
         handle, name = tempfile.mkstemp(prefix=f"reuse-plan-{spec.name}-", suffix=".json")
         os.close(handle)
         plan = pathlib.Path(name)
-        session.run("python", "-m", "harness.reuse", spec.name, "--plan", str(plan),
-                    *(["--fresh"] if sessions.FRESH in session.posargs else []), env=env)
-        if not plan.stat().st_size:
-            return  # `nox --install-only`: nothing was run
-        targets = json.loads(plan.read_text())["run"]
-        if not targets:  # every record reused: the results file is written
-            if any(OUTCOMES[r["outcome"]].fails_session for r in json.loads(plan.read_text())["carried"]):
-                session.error("cases fail (their records were carried over from the last run)")
-            return
-        args = [*targets, f"--reuse-plan={plan}"]
+        try:
+            session.run("python", "-m", "harness.reuse", spec.name, "--plan", str(plan),
+                        *(["--fresh"] if sessions.FRESH in session.posargs else []), env=env)
+            if not plan.stat().st_size:
+                return  # `nox --install-only`: nothing was run
+            the_plan = json.loads(plan.read_text())
+            if not the_plan["run"]:  # every record reused: the results file is written
+                if reuse.exit_status(the_plan["carried"]):
+                    session.error("cases fail (their records were carried over from the last run)")
+                return
+            session.run("python", *sessions.pytest_args(spec, [*the_plan["run"], f"--reuse-plan={plan}"]), env=env)
+        finally:
+            plan.unlink(missing_ok=True)  # read by pytest's plugin while it runs, then no longer needed
+        return
     session.run("python", *sessions.pytest_args(spec, args), env=env)
 
 
