@@ -12,6 +12,8 @@ Parts:
             worker, time and memory limits, reruns, torch state reset; harness.sessions, as the
             noxfile runs it) against plain `pytest cases/` with the same selection and caches,
             alternated --rounds times; the median of each
+  isolation the session's own pytest command, every case forked from the warm worker (the default)
+            against every case in the worker (`--isolation=none`), each run cold, alternated
   matrix    every CPU session of the matrix through nox, one after another, in the checkout's venvs:
             cold (every case afresh, `-- --fresh`, compile caches emptied; results into --results),
             warm with nothing changed (into a copy of those results), and warm after one family's
@@ -121,6 +123,25 @@ def overhead(spec, work: pathlib.Path, select: list[str], rounds: int) -> dict:
     return medians
 
 
+def isolation_cost(spec, work: pathlib.Path, select: list[str], rounds: int) -> dict:
+    """The session's own pytest command with each case forked from the warm worker (the default)
+    against every case in the worker itself (`--isolation=none`, state reset between cases),
+    alternated; every run cold: its own empty compile caches."""
+    python = str(sessions.ensure_venv(spec.name))
+    figures = {"fork": [], "none": []}
+    for number in range(rounds):
+        for mode in figures:
+            caches = work / f"isolation-{mode}-{number}"
+            env = {**sessions.run_env(spec, caches), records.RESULTS_ENV: str(caches / "results")}
+            command = [python, *sessions.pytest_args(spec, ["-q", "-p", "no:cacheprovider", *select,
+                                                            f"--isolation={mode}"])]
+            figures[mode].append(timed(command, env))
+    medians = {mode: statistics.median(values) for mode, values in figures.items()}
+    medians["cost"] = medians["fork"] / medians["none"] - 1
+    medians["rounds"] = figures
+    return medians
+
+
 def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str) -> dict:
     names = [s.name for s in matrix.load() if s.device == "cpu" and not s.nightly]
     for name in names:
@@ -213,6 +234,12 @@ def main() -> None:
                 rounds = ", ".join(f"{s:.1f}" for s in costs["rounds"][name])
                 print(f"  {name:40s} {costs[name]:7.1f} s  (median of {rounds})")
             print(f"  harness overhead                         {costs['overhead'] * 100:6.1f} %  (target < 5 %)")
+        if "isolation" in parts:
+            costs = figures["isolation"] = isolation_cost(spec, work, select, args.rounds)
+            for mode in ("none", "fork"):
+                rounds = ", ".join(f"{s:.1f}" for s in costs["rounds"][mode])
+                print(f"  session's command, --isolation={mode:5s}       {costs[mode]:7.1f} s  (median of {rounds}; cold)")
+            print(f"  cost of a process per case               {costs['cost'] * 100:6.1f} %  (budget 25 %)")
         if "matrix" in parts:
             results = pathlib.Path(args.results).resolve() if args.results else work / "matrix-results"
             runs = figures["matrix"] = matrix_runs(work, results, args.changed_family)

@@ -16,7 +16,7 @@ mode is for (enabled: nothing initialised; disabled: initialised):
   right after the compiled call, under the same mode (the mode still works after it).
 
 Findings the cases carry:
-- From torch 2.4 (2.1 behaves like eager), init calls made inside a compiled function are not
+- From torch 2.2 (2.1 behaves like eager), init calls made inside a compiled function are not
   skipped: Dynamo evaluates `has_torch_function_variadic(tensor)` in `torch.nn.init` as False while a
   mode is active, so the mode sees `fill_`/`uniform_` instead of the `torch.nn.init` call (eager sees
   `torch.nn.init.constant_`). pytorch/pytorch#196053 (open) describes this and changes it.
@@ -28,9 +28,12 @@ Findings the cases carry:
   mode is active raises `UserError: Dynamic control flow is not supported` at `if not self.enabled:`
   (torch 2.5 only): with dynamic shapes Dynamo's generated code calls `x.size(0)` eagerly, the mode's
   `__torch_function__` runs as a frame Dynamo compiles on its own, and in 2.5 the mode's attributes
-  are not constants there. Covered directly, in the reporter's flow (fit, `save_checkpoint`,
-  `load_from_checkpoint` under `Trainer.init_module`, inference under `Fabric.init_module`) and with a
-  torch_geometric `MessagePassing` layer as the reporter used.
+  are not constants there. The cases reproduce the reported error (the same UserError, on torch 2.5.1
+  with Lightning 2.4.0) in a reconstructed flow, since the report has no code: fit, `save_checkpoint`,
+  then `load_from_checkpoint` under `Trainer.init_module` with a forward injected in
+  `on_load_checkpoint`, or inference under `Fabric.init_module`; the compile flags
+  (`fullgraph=True, dynamic=True`) are assumed, the report does not give them; a torch_geometric
+  `MessagePassing` layer as the reporter used. Directly too: such a call while the mode is active.
 - `copy.copy(tensor)` inside a compiled function under the mode raises an AttributeError (below).
 
 Lightning flows run on CPU only (one device, no logger, no checkpoint callback, tiny data).
@@ -49,7 +52,7 @@ from harness.casekit import need
 # Compiled code runs torch.nn.init calls the enabled mode skips eagerly (the figure message below).
 INIT_NOT_SKIPPED = pytest.mark.upstream_bug(
     "pytorch/pytorch#196053", raises="AssertionError",
-    match=r"enabled=True: compiled \{'sentinels_initialised': [12]", since="2.4")
+    match=r"enabled=True: compiled \{'sentinels_initialised': [12]", since="2.2")
 MODE_IN_REGION = pytest.mark.upstream_bug("pytorch/pytorch#130104", raises="Unsupported", match="TorchFunctionMode")
 PARAM_CTOR = pytest.mark.limitation("https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0264.html",
                                     raises="Unsupported", match="Parameter|nn_parameter")

@@ -105,8 +105,8 @@ def run_case(target: Target, nodeid: str, case_id: str) -> Result:
         return Result(target, "error", f"pytest exit {done.returncode}, no record: {tail}")
     message = (record.get("exc_type") or "").rsplit(".", 1)[-1]
     message = f"{message}: {record.get('message')}" if message and record.get("message") else record.get("message") or ""
-    if record.get("upstream") and record["outcome"] in ("known", "fixed", "limitation"):
-        message += f"  [{', '.join(record['upstream'])}]"
+    if record.get("reference"):
+        message += f"  [{record['reference']}]"
     return Result(target, record["outcome"], message)
 
 

@@ -16,7 +16,8 @@ def testcase(record: dict) -> ElementTree.Element:
     case = ElementTree.Element("testcase", classname=family, name=name or family,
                                time=f"{record.get('duration') or 0:.3f}")
     properties = ElementTree.SubElement(case, "properties")
-    values = {"outcome": record["outcome"], "upstream": " ".join(record.get("upstream") or []),
+    declared = " ".join(dict.fromkeys(d["ref"] for d in record.get("declared") or []))
+    values = {"outcome": record["outcome"], "reference": record.get("reference") or "", "declared": declared,
               "nodeid": record.get("nodeid") or "", "reused_from": (record.get("reused_from") or {}).get("started", "")}
     for key, value in values.items():
         if value:
@@ -24,7 +25,7 @@ def testcase(record: dict) -> ElementTree.Element:
     status = OUTCOMES[record["outcome"]].junit
     message = " ".join(filter(None, [record.get("exc_type"), record.get("message")]))
     if status == "skipped":
-        detail = ", ".join(record.get("upstream") or [])
+        detail = record.get("reference") or ""
         ElementTree.SubElement(case, "skipped", type=record["outcome"],
                                message=f"{record['outcome']}: {detail}: {message}" if detail else message)
     elif status in ("failure", "error"):

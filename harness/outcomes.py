@@ -76,35 +76,52 @@ def is_instance_named(exc: BaseException, name: str) -> bool:
     return any(name in (cls.__name__, qualname(cls)) for cls in type(exc).__mro__)
 
 
+def _release(version: str) -> tuple[int, ...]:
+    from packaging.version import Version
+
+    return Version(version).release
+
+
 @dataclasses.dataclass(frozen=True)
 class Expected:
     """A failure a case declares: an upstream bug (`upstream_bug` marker) or a documented
-    limitation (`limitation` marker), recognised by the exception's class and message."""
+    limitation (`limitation` marker), recognised by the exception's class and message, on the
+    torch versions from `since` to `until` (both inclusive, either open). A case may declare the
+    same reference several times, one message per version range."""
 
     kind: str  # "known" (an upstream bug) or "limitation"
     ref: str  # 'owner/repo#123' or a documentation URL
     raises: tuple[str, ...]
     match: str | None = None
-    since: str | None = None  # the first torch release upstream reports it in
+    since: str | None = None  # the first torch release it was measured on ("2.4": 2.4.0 and later)
+    until: str | None = None  # the last one ("2.4": every 2.4.x)
 
-    def reported_for(self, torch_version: str) -> bool:
-        """Whether this torch is one upstream reports the failure for: before `since`, a pass
-        is a plain pass, not a sign of a fix."""
-        from packaging.version import Version
-
-        return self.since is None or Version(Version(torch_version).base_version) >= Version(self.since)
+    def applies_to(self, torch_version: str) -> bool:
+        """Whether this torch lies in the declaration's range: outside it a failure is `fail` and
+        a pass a plain `pass`, whatever other versions did."""
+        found = _release(torch_version)
+        if self.since is not None and found < _release(self.since):
+            return False
+        if self.until is not None:
+            until = _release(self.until)
+            return found[:len(until)] <= until
+        return True
 
     def matches(self, exc: BaseException) -> bool:
         return any(any(is_instance_named(candidate, name) for name in self.raises)
                    and (self.match is None or re.search(self.match, str(candidate)))
                    for candidate in exception_chain(exc))
 
+    def as_record(self) -> dict:
+        return {"kind": self.kind, "ref": self.ref, "raises": list(self.raises), "match": self.match,
+                "since": self.since, "until": self.until}
+
 
 EXPECTED_MARKERS = {"upstream_bug": "known", "limitation": "limitation"}
 
 
 def expected_failures(item) -> list[Expected]:
-    """The failures `item` (a pytest item) declares, closest marker first."""
+    """The failures `item` (a pytest item) declares, on any torch, closest marker first."""
     found = []
     for marker_name, kind in EXPECTED_MARKERS.items():
         for marker in item.iter_markers(marker_name):
@@ -113,8 +130,13 @@ def expected_failures(item) -> list[Expected]:
             raises = kwargs.get("raises") or (args[1] if len(args) > 1 else None)
             names = raises if isinstance(raises, (list, tuple)) else [raises]
             found.append(Expected(kind, ref, tuple(n if isinstance(n, str) else n.__name__ for n in names),
-                                  kwargs.get("match"), kwargs.get("since")))
+                                  kwargs.get("match"), kwargs.get("since"), kwargs.get("until")))
     return found
+
+
+def declared_for(item, torch_version: str) -> list[Expected]:
+    """The failures `item` declares for this torch version."""
+    return [e for e in expected_failures(item) if e.applies_to(torch_version)]
 
 
 MEMORY_EXHAUSTED = re.compile(r"can't allocate memory|not enough memory|out of memory", re.I)
@@ -126,11 +148,12 @@ def out_of_memory(exc: BaseException) -> bool:
                for e in exception_chain(exc))
 
 
-def classify_exception(exc: BaseException, expected: list[Expected]) -> tuple[str, str | None]:
-    """(outcome, ref) of a case that raised `exc` while running (not setting up)."""
+def classify_exception(exc: BaseException, declared: list[Expected]) -> tuple[str, str | None]:
+    """(outcome, the one reference it met) of a case that raised `exc` while running (not setting
+    up); `declared`: what the case declares for this torch version."""
     if out_of_memory(exc):
         return "crash", None
-    for declared in expected:
-        if declared.matches(exc):
-            return declared.kind, declared.ref
+    for expected in declared:
+        if expected.matches(exc):
+            return expected.kind, expected.ref
     return "fail", None

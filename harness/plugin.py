@@ -29,6 +29,12 @@ def pytest_addoption(parser):
     group.addoption("--reuse-plan", default=None, metavar="PATH",
                     help="written by `python -m harness.reuse` (nox sessions): records to carry over from the "
                          "last run into this one, and the reuse keys to keep")
+    group.addoption("--isolation", choices=("auto", "fork", "none"),
+                    default=os.environ.get("HARNESS_ISOLATION", "auto"),
+                    help="where each attempt of a case runs: `fork`, a child forked from the warm process, so "
+                         "that no case meets what an earlier one changed (harness.isolation); `none`, the "
+                         "process itself, with known torch state reset between cases; `auto` (default, or "
+                         "$HARNESS_ISOLATION), fork where a forked child can run cases")
     group.addoption("--memory-limit", default=os.environ.get("HARNESS_MEMORY_LIMIT", "75%"),
                     help="data memory of each process that runs cases: N%% of this machine's memory shared "
                          "by the workers, or a size such as 8G; 0 for none. A case that exceeds it is "
@@ -38,13 +44,15 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "upstream_bug(ref, raises, match=None, since=None): a known upstream bug; the case is `known` "
-        "when it fails with `raises` (a class name; `match` searched in the message), `fixed` when it "
-        "passes on a torch from `since` on (upstream's first affected release), `pass` before")
+        "upstream_bug(ref, raises, match=None, since=None, until=None): a known upstream bug on torch "
+        "`since` to `until` (inclusive, either open); there, the case is `known` when it fails with `raises` "
+        "(a class name; `match` searched in the message) and `fixed` when it passes; elsewhere the "
+        "declaration does not apply. Several markers of one ref may give one message per version range")
     config.addinivalue_line(
         "markers",
-        "limitation(ref, raises, match=None): documented behaviour of torch.compile that rejects what "
-        "the case does; the case is `limitation` when it raises that way, `pass` when it does not")
+        "limitation(ref, raises, match=None, since=None, until=None): documented behaviour of torch.compile "
+        "that rejects what the case does; the case is `limitation` when it raises that way, `pass` when it "
+        "does not")
     config.addinivalue_line(
         "markers", "flaky(reruns=1): pytest-rerunfailures' marker, honoured without it: run a failing case "
         "up to `reruns` more times")

@@ -136,7 +136,8 @@ class ResultsRecorder:
             report.duration = time.time() - noted["started"]
         report.user_properties.append(("harness", {
             **(noted.get("identity") or identity_from_nodeid(crashitem)), "phase": "crash", "outcome": outcome,
-            "exc_type": None, "message": message, "upstream": [], "metrics": noted.get("metrics", {}),
+            "exc_type": None, "message": message, "reference": None, "declared": [],
+            "metrics": noted.get("metrics", {}),
             "output_tail": tail}))
         report.longrepr = f"{message}\n\n{tail}" if tail else message
 
@@ -181,7 +182,7 @@ class ResultsRecorder:
             metrics.update(phase.get("metrics") or {})
         record = {
             "kind": "case",
-            **{key: worst[key] for key in ("case", "family", "params", "outcome", "exc_type", "message", "upstream")},
+            **{key: worst[key] for key in ("case", "family", "params", "outcome", "exc_type", "message", "reference", "declared")},
             "metrics": metrics,
             "duration": round(self.durations.pop(nodeid, 0.0), 4),
             "nodeid": nodeid,

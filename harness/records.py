@@ -11,7 +11,8 @@ import time
 
 from harness.outcomes import OUTCOMES
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a case names the one reference it met (`reference`) and what it declares (`declared`)
+READABLE_SCHEMAS = (1, 2)
 RESULTS_ENV = "HARNESS_RESULTS_DIR"
 
 
@@ -102,16 +103,31 @@ def read(path: pathlib.Path) -> list[dict]:
             raise ResultsError(f"{path}:{number}: not a JSON record ({exc.msg})") from exc
         if not isinstance(record, dict) or "kind" not in record:
             raise ResultsError(f"{path}:{number}: not a harness record (no 'kind')")
-        if record.get("schema") != SCHEMA_VERSION:
+        if record.get("schema") not in READABLE_SCHEMAS:
             raise ResultsError(
-                f"{path}:{number}: schema {record.get('schema')!r}, this harness reads {SCHEMA_VERSION}"
+                f"{path}:{number}: schema {record.get('schema')!r}, this harness reads {READABLE_SCHEMAS}"
             )
+        record = upgraded(record)
         if record["kind"] == "case" and record.get("outcome") not in OUTCOMES:  # harness.outcomes
             raise ResultsError(f"{path}:{number}: unknown outcome {record.get('outcome')!r}")
         records.append(record)
     if not records or records[0]["kind"] != "environment":
         raise ResultsError(f"{path}:1: the file does not start with an environment record")
     return records
+
+
+def upgraded(record: dict) -> dict:
+    """A record of an older schema in today's form. Schema 1 listed a case's references in
+    `upstream`, the matched one first for `known` and `limitation`; which declaration a `fixed`
+    met, and their version ranges, it did not keep."""
+    if record.get("schema") != 1 or record.get("kind") != "case":
+        return record
+    record = dict(record)
+    refs = record.pop("upstream", None) or []
+    matched = record["outcome"] in ("known", "limitation", "fixed") and refs
+    record["reference"] = refs[0] if matched else None
+    record["declared"] = [{"ref": ref} for ref in dict.fromkeys(refs)]
+    return record
 
 
 def find_case(path: pathlib.Path, case_id: str) -> tuple[dict | None, dict | None]:

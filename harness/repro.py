@@ -101,7 +101,7 @@ def _describe(item) -> dict:
         "function": getattr(item, "originalname", None) or item.name.split("[")[0],
         "argnames": list(inspect.signature(item.function).parameters),
         "params": {n: _literal(v) for n, v in (callspec.params.items() if callspec else ())},
-        "expected": [dataclasses.asdict(e) for e in outcomes.expected_failures(item)],
+        "expected": [dataclasses.asdict(e) for e in outcomes.declared_for(item, torch.__version__)],
         "skips": _skips(item), "doc": inspect.getdoc(item.function) or "",
         "torch": torch.__version__,
     }
@@ -336,8 +336,7 @@ def build_script(info: dict) -> str:
     names = {name for s in case_code + kit_code for name in s.uses}
     expected = [(e["kind"], e["ref"], tuple(e["raises"]), e["match"]) for e in info["expected"]]
     # `fixed` when a declared upstream bug of this torch no longer reproduces (harness.outcomes)
-    passed = "fixed" if any(outcomes.Expected(**e).reported_for(info["torch"]) for e in info["expected"]
-                            if e["kind"] == "known") else "pass"
+    passed = "fixed" if any(e["kind"] == "known" for e in info["expected"]) else "pass"
     params = info["params"]
     guards = [f"if {s['condition']}:\n            raise Skip({s['reason']!r})" for s in info["skips"]]
     if "'cuda'" in params.values():
@@ -477,7 +476,7 @@ def _what_went_wrong(info: dict, result: dict) -> tuple[str, str]:
     error = errors[-1] if errors else ""
     outcome = result["outcome"] or "no outcome"
     subject = info["case"]
-    refs = ", ".join(f"[{e['ref']}]({upstream_link(e['ref']) or e['ref']})" for e in info["expected"])
+    refs = ", ".join(f"[{ref}]({upstream_link(ref) or ref})" for ref in dict.fromkeys(e["ref"] for e in info["expected"]))
     doc = info["doc"].split("\n\n")[0].replace("\n", " ")
     if outcome in ("fail", "known", "limitation"):
         title = f"{compile_call}: `{subject}` fails on torch {version}" + (f": {error[:120]}" if error else "")

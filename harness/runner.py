@@ -19,12 +19,13 @@ import traceback
 import pytest
 from _pytest.runner import runtestprotocol
 
-from harness import outcomes
+from harness import isolation, outcomes
 from harness.caseid import case_identity
 from harness.workerlog import WorkerLog
 
 RERUN_ON = {"fail", "error"}
 CASE_RUN = pytest.StashKey["CaseRun"]()
+TIMER_SETTINGS = pytest.StashKey[object]()  # pytest-timeout's settings of a case, for its own process
 
 
 # --- what a case may use --------------------------------------------------------------------
@@ -82,17 +83,25 @@ def memory_limit_bytes(spec: str, workers: int) -> int | None:
     return int(spec)
 
 
-def warm_up() -> None:
+def warm_up(forking: bool) -> None:
     """What the first compile of a process pays once (Dynamo's and inductor's imports, the C++
     toolchain, Triton where there is a GPU): paid here, before any case's clock starts. A failure
-    here is left for the cases to meet and record."""
+    here is left for the cases to meet and record.
+
+    `forking`: cases run in children forked from this process (harness.isolation), which must
+    then never have started inductor's compile workers, an OpenMP team, autograd's engine or CUDA:
+    the warm-up compiles for inference only, a kernel too small for OpenMP to start a team, with
+    compile workers off (`torch.set_num_threads` is not called: it makes a pthreadpool that a child
+    then finds broken, and autograd's threads abort on it)."""
     import torch
 
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = ["cpu"] if forking else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     try:
         import torch._dynamo
         import torch._inductor.compile_fx  # noqa: F401
 
+        if forking:
+            torch._inductor.config.compile_threads = 1
         for device in devices:
             torch.compile(lambda x: torch.sin(x) + 1, backend="inductor")(torch.ones(8, device=device))
     except Exception:
@@ -151,20 +160,23 @@ def log_as_rerun(item, reports) -> None:
 
 def classify(item, call, report) -> dict:
     """The outcome of one phase of a case, set on pytest's report too (a known bug or a
-    documented limitation shows as xfailed, a fixed bug as xpassed)."""
+    documented limitation shows as xfailed, a fixed bug as xpassed). `reference` is the one
+    declaration the run met; `declared`, what the case declares for this torch."""
     import torch
 
-    expected = outcomes.expected_failures(item)
-    bugs = [e.ref for e in expected if e.kind == "known" and e.reported_for(torch.__version__)]
-    data = {"phase": report.when, "upstream": [e.ref for e in expected], "exc_type": None, "message": None}
+    declared = outcomes.declared_for(item, torch.__version__)
+    data = {"phase": report.when, "reference": None, "declared": [e.as_record() for e in declared],
+            "exc_type": None, "message": None}
     if report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         data.update(outcome="skip", message=reason.removeprefix("Skipped: "))
         return data
     if report.passed:
+        bugs = [e.ref for e in declared if e.kind == "known"]
         data["outcome"] = "fixed" if (report.when == "call" and bugs) else "pass"
         if data["outcome"] == "fixed":
-            report.wasxfail = f"fixed upstream? {', '.join(bugs)} no longer reproduces"
+            data["reference"] = bugs[0]
+            report.wasxfail = f"fixed upstream? {bugs[0]} no longer reproduces"
         return data
     exc = call.excinfo.value if call.excinfo else None
     if exc is None:
@@ -180,10 +192,9 @@ def classify(item, call, report) -> dict:
     if report.when != "call" or outcomes.is_instance_named(exc, "harness.casekit.HarnessError"):
         data["outcome"] = "error"
         return data
-    outcome, ref = outcomes.classify_exception(exc, expected)
-    data["outcome"] = outcome
+    outcome, ref = outcomes.classify_exception(exc, declared)
+    data.update(outcome=outcome, reference=ref)
     if ref:
-        data["upstream"] = [ref] + [u for u in data["upstream"] if u != ref]
         report.outcome = "skipped"  # pytest shows it as xfailed
         report.wasxfail = f"{ref}: {data['message']}"
     return data
@@ -204,6 +215,9 @@ class CaseRunner:
         self.memory = memory_limit_bytes(config.getoption("memory_limit"), workers)
         self.previous_memory_limit = None
         self.state = None
+        self.isolation = config.getoption("isolation")
+        self.forking = self.isolation != "none" and hasattr(os, "fork")
+        self.in_child = False
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session):
@@ -214,14 +228,41 @@ class CaseRunner:
             self.previous_memory_limit = (soft, hard)
             limit = self.memory if hard == resource.RLIM_INFINITY else min(self.memory, hard)
             resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
-        warm_up()
+        if self.forking:
+            os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # is_available() must not touch CUDA here
+        warm_up(self.forking)
         from harness.torchstate import TorchState
 
         self.state = TorchState()
+        if self.forking:
+            reason = isolation.probe()
+            if reason and self.isolation == "fork":
+                raise pytest.UsageError(f"--isolation=fork: a forked child cannot run cases here: {reason}")
+            if reason:  # --isolation=auto
+                self.forking = False
+                print(f"harness: cases share this process (a forked child cannot run them: {reason})",
+                      file=sys.stderr)
 
     def pytest_sessionfinish(self, session):
+        if self.forking:
+            import gc
+
+            gc.unfreeze()  # what was frozen for the children is this process's to collect again
         if self.previous_memory_limit is not None:  # pytester runs cases inside the test process
             resource.setrlimit(resource.RLIMIT_DATA, self.previous_memory_limit)
+
+    # pytest-timeout arms its timer around the protocol, in this process; with forked cases it is
+    # armed in the case's own process instead (where a hang happens), by pytest-timeout itself.
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_timeout_set_timer(self, item, settings):
+        if self.forking and not self.in_child:
+            item.stash[TIMER_SETTINGS] = settings
+            return True
+        return None
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_timeout_cancel_timer(self, item):
+        return True if self.forking and not self.in_child else None
 
     @contextlib.contextmanager
     def time_backstop(self, item):
@@ -235,24 +276,44 @@ class CaseRunner:
             if limit:
                 faulthandler.cancel_dump_traceback_later()
 
+    def attempt_here(self, item, nextitem) -> tuple[list, list[str]]:
+        """One attempt in this process: from the clean state, then the state put back."""
+        self.state.fresh()
+        with self.time_backstop(item):
+            reports = runtestprotocol(item, nextitem=nextitem, log=False)
+        return reports, self.state.restore()
+
+    def attempt_forked(self, item) -> tuple[list, list[str]]:
+        """One attempt in a child of this process (harness.isolation); its whole fixture stack is
+        set up and torn down there."""
+        def in_child():
+            self.in_child = True
+            settings = item.stash.get(TIMER_SETTINGS, None)
+            if settings is not None:
+                item.config.hook.pytest_timeout_set_timer(item=item, settings=settings)
+            return self.attempt_here(item, None)
+
+        limit = time_limit(item)
+        hard = backstop_after(limit) + 30 if limit else None
+        return isolation.ForkedAttempt(item, self.log, limit, hard).run(in_child)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item, nextitem):
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        if self.log is not None:
-            self.log.case_started(case_identity(item), time_limit(item))
         reruns = rerun_count(item, self.reruns)
         attempts, leaked = [], []
         while True:
-            self.state.fresh()
-            with self.time_backstop(item):
-                reports = runtestprotocol(item, nextitem=nextitem, log=False)
-            leaked += [thing for thing in self.state.restore() if thing not in leaked]
+            if self.log is not None:
+                self.log.case_started(case_identity(item), time_limit(item))
+            reports, left = self.attempt_forked(item) if self.forking else self.attempt_here(item, nextitem)
+            leaked += [thing for thing in left if thing not in leaked]
             final = _outcome_of(reports)
             attempts.append({k: final[k] for k in ("outcome", "exc_type", "message")})
             if final["outcome"] not in RERUN_ON or len(attempts) > reruns:
                 break
             log_as_rerun(item, reports)
-            reset_fixtures(item)
+            if not self.forking:
+                reset_fixtures(item)
         for report in reports:
             data = _harness_data(report)
             if data is not None and len(attempts) > 1:

@@ -138,7 +138,7 @@ def ensure_venv(session: str, envdir: os.PathLike | None = None, build: bool = T
 
 # pytest options whose value is the next argument: that value is not a path to run.
 _TAKES_VALUE = {"-k", "-m", "-p", "-c", "-o", "-n", "-W", "--maxfail", "--timeout", "--timeout-method",
-                "--results-dir", "--session-name", "--case-reruns", "--memory-limit", "--deselect", "--ignore",
+                "--results-dir", "--session-name", "--case-reruns", "--memory-limit", "--isolation", "--deselect", "--ignore",
                 "--ignore-glob", "--rootdir", "--basetemp", "--durations", "--junitxml", "--junit-xml",
                 "--dist", "--max-worker-restart", "--capture", "--tb", "-r", "--log-level", "--confcutdir"}
 
@@ -163,10 +163,12 @@ def case_options(spec: matrix.Session) -> list[str]:
     """How a session runs its cases: in an xdist worker, so that a crash or a hang costs one
     case and not the session (a dead worker is replaced, and xdist's `load` scheduling does
     not hand the case it died on to the next one; its file-grouping modes do, see
-    pytest-dev/pytest-xdist#1371), within the row's time limit (pytest-timeout's thread
-    method also ends hangs in native code)."""
+    pytest-dev/pytest-xdist#1371), each attempt of a case in a child forked from the warm worker
+    (harness.isolation: no case meets what an earlier one changed), within the row's time limit
+    (pytest-timeout's thread method also ends hangs in native code)."""
     return [
         "-p", "harness.plugin",  # cases/conftest.py loads it too: the command does not depend on that
+        "--isolation=fork",
         "-p", "xdist", "-n", os.environ.get("HARNESS_WORKERS", "1"), "--dist=load",
         "--max-worker-restart=100000",  # each crash costs one case: bounded by the cases
         "--capture=tee-sys",  # sys-level capture only: a dying worker's output reaches its log

@@ -1,4 +1,5 @@
-"""What a worker printed, for the record of a case whose process died.
+"""What a worker printed, for the record of a case whose process died (a forked case's process,
+or the worker itself).
 
 A worker sends its fd 1 and 2, and faulthandler's reports, to `<dir>/<worker>.log`, and notes each
 case it starts there and in `<dir>/<worker>.current`. When xdist reports the worker dead, the
@@ -42,10 +43,31 @@ class WorkerLog:
         self.noted = {"identity": identity, "started": time.time(), "time_limit": time_limit, "metrics": {}}
         self.current.write_text(json.dumps(self.noted, default=str))
 
+    def measured(self, nodeid: str) -> dict:
+        """What the case noted it measured (its phases write it as they end: a forked case
+        writes it from its own process)."""
+        try:
+            noted = json.loads(self.current.read_text())
+        except (OSError, ValueError):
+            return {}
+        return noted.get("metrics", {}) if noted.get("identity", {}).get("nodeid") == nodeid else {}
+
     def phase_done(self, metrics: dict) -> None:
         """Keep what the case measured so far: its record keeps it if a later phase dies."""
         self.noted["metrics"].update(metrics)
         self.current.write_text(json.dumps(self.noted, default=str))
+
+
+def case_output(log: WorkerLog, nodeid: str) -> str:
+    """What the log holds since the last start of `nodeid`."""
+    try:
+        text = log.path.read_text(errors="replace")
+    except OSError:
+        return ""
+    start = text.rfind(f"{START_MARK}{nodeid}\n")
+    if start >= 0:
+        text = text[start:].split("\n", 1)[1] if "\n" in text[start:] else ""
+    return text
 
 
 def crashed_case(directory: pathlib.Path, worker: str, nodeid: str) -> tuple[dict, str]:
@@ -56,14 +78,7 @@ def crashed_case(directory: pathlib.Path, worker: str, nodeid: str) -> tuple[dic
     if log.current.exists():
         found = json.loads(log.current.read_text())
         noted = found if found["identity"].get("nodeid") == nodeid else {}
-    try:
-        text = log.path.read_text(errors="replace")
-    except OSError:
-        return noted, ""
-    start = text.rfind(f"{START_MARK}{nodeid}\n")
-    if start >= 0:
-        text = text[start:].split("\n", 1)[1] if "\n" in text[start:] else ""
-    return noted, text
+    return noted, case_output(log, nodeid)
 
 
 def shorten(output: str, head: int = 1500, tail: int = 2500) -> str:

@@ -225,3 +225,89 @@ def test_planted_faults_in_a_real_family_through_nox(tmp_path, name):
     assert seconds < spec.case_timeout + 60 * len(PLANTS), seconds
     print(json.dumps({"session": name, "planted_seconds": round(seconds, 1), "faults": {
         n: (r["outcome"], r["message"]) for n, r in faults.items()}}, indent=1))
+
+
+# --- state nobody listed: each case's outcome is the one it has alone ----------------------------
+
+LEAKS = '''import math
+import pytest
+import torch
+
+FLAGS = []
+
+
+def test_leaks_anomaly_mode(case):
+    torch.autograd.set_detect_anomaly(True)
+
+
+def test_sees_no_anomaly_mode(case):
+    assert not torch.is_anomaly_enabled()
+
+
+def test_leaks_matmul_precision(case):
+    torch.set_float32_matmul_precision("medium")
+
+
+def test_sees_highest_matmul_precision(case):
+    assert torch.get_float32_matmul_precision() == "highest"
+
+
+def test_leaks_deterministic_algorithms(case):
+    torch.use_deterministic_algorithms(True)
+
+
+def test_sees_no_deterministic_algorithms(case):
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_monkeypatches_torch_sin(case):
+    torch.sin = torch.cos
+
+
+def test_sees_the_real_sin(case):
+    assert abs(torch.sin(torch.tensor(0.5)).item() - math.sin(0.5)) < 1e-6
+
+
+def test_registers_a_library_op(case):
+    torch.library.Library("planted", "DEF").define("twice(Tensor x) -> Tensor")
+
+
+def test_registers_the_same_op(case):
+    torch.library.Library("planted", "DEF").define("twice(Tensor x) -> Tensor")
+
+
+def test_sets_a_module_global(case):
+    FLAGS.append("set")
+
+
+def test_fails_unless_a_global_was_set(case):
+    assert FLAGS, "no earlier case set the flag"
+'''
+# What each case does in a process where nothing ran before it (each is run alone below too).
+ALONE = {"fails_unless_a_global_was_set": "fail"}
+
+
+@pytest.mark.slow
+def test_planted_leaks_change_no_other_case_through_nox(tmp_path):
+    project = copy_project(tmp_path / "project")
+    planted = project / "cases" / "test_leaks.py"
+    planted.write_text(LEAKS)
+    results = tmp_path / "results"
+    done, _ = nox_session(project, "cpu_torch215", results, "cases/test_leaks.py")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    cases = by_variant(case_records(results / "cpu_torch215.jsonl"))
+    expected = {node.name[len("test_"):]: ALONE.get(node.name[len("test_"):], "pass")
+                for node in ast.parse(LEAKS).body if isinstance(node, ast.FunctionDef)}
+    assert {n: r["outcome"] for n, r in cases.items()} == expected, {n: r["message"] for n, r in cases.items()}
+    # The same file with every case in the worker: the leaks are real, and would have changed outcomes.
+    shared = tmp_path / "shared"
+    done, _ = nox_session(project, "cpu_torch215", shared, "cases/test_leaks.py", "--isolation=none")
+    together = {n: r["outcome"] for n, r in by_variant(case_records(shared / "cpu_torch215.jsonl")).items()}
+    assert {n for n in expected if together[n] != expected[n]} == {
+        "sees_no_anomaly_mode", "sees_highest_matmul_precision", "sees_no_deterministic_algorithms",
+        "sees_the_real_sin", "registers_the_same_op", "fails_unless_a_global_was_set"}, together
+    # And each case alone, in a session of its own, has the outcome the forked run gave it.
+    for name in ("sees_the_real_sin", "fails_unless_a_global_was_set"):
+        alone = tmp_path / f"alone-{name}"
+        nox_session(project, "cpu_torch215", alone, f"cases/test_leaks.py::test_{name}", "--isolation=none")
+        assert case_records(alone / "cpu_torch215.jsonl")[0]["outcome"] == expected[name]

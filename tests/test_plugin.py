@@ -65,6 +65,18 @@ def test_bug_not_yet_there(case):
     pass
 
 
+@pytest.mark.upstream_bug("owner/repo#6", raises="KeyError", match="old message", until="2.0")
+@pytest.mark.upstream_bug("owner/repo#6", raises="RuntimeError", match="new message", since="2.0")
+@pytest.mark.upstream_bug("owner/repo#7", raises="RuntimeError", match="another bug")
+def test_one_message_per_range(case):
+    raise RuntimeError("new message")
+
+
+@pytest.mark.upstream_bug("owner/repo#8", raises="KeyError", until="2.0")
+def test_declared_for_other_versions_only(case):
+    raise KeyError("old")
+
+
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 @pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
 def test_params_are_recorded(case, backend, fullgraph):
@@ -87,11 +99,11 @@ def by_variant(records):
 
 def test_outcomes_are_classified_and_recorded(pytester):
     result, records = run_cases(pytester, "-rxX")
-    result.assert_outcomes(passed=5, failed=1, skipped=1, errors=1, xfailed=3, xpassed=1)
+    result.assert_outcomes(passed=5, failed=2, skipped=1, errors=1, xfailed=4, xpassed=1)
     for line in ("*XFAIL*test_known_bug*owner/repo#1: boom: still broken*",
                  "*XFAIL*test_documented_limitation*https://docs.example/compile: this is not supported*",
                  "*XPASS*test_bug_fixed*fixed upstream? owner/repo#2*",
-                 "harness: 1 error, 1 fail, 1 fixed, 2 known, 1 limitation, 5 pass, 1 skip -> *demo.jsonl"):
+                 "harness: 1 error, 2 fail, 1 fixed, 3 known, 1 limitation, 5 pass, 1 skip -> *demo.jsonl"):
         result.stdout.fnmatch_lines([line])
     assert records[0]["kind"] == "environment" and records[-1]["kind"] == "end"
     cases = by_variant(records)
@@ -101,9 +113,21 @@ def test_outcomes_are_classified_and_recorded(pytester):
         "params_are_recorded-eager": "pass", "params_are_recorded-aot_eager": "pass",
         "documented_limitation": "limitation", "limitation_lifted": "pass",
         "bug_not_yet_there": "pass",  # before `since`, a pass says nothing of a fix
+        "one_message_per_range": "known", "declared_for_other_versions_only": "fail",
     }
-    assert cases["documented_limitation"]["upstream"] == ["https://docs.example/compile"]
-    assert cases["known_bug"]["upstream"] == ["owner/repo#1"]
+    # Each declared outcome names the one reference it met; `declared` is what applies to this torch.
+    assert cases["documented_limitation"]["reference"] == "https://docs.example/compile"
+    assert cases["known_bug"]["reference"] == "owner/repo#1"
+    assert cases["bug_fixed"]["reference"] == "owner/repo#2"
+    assert cases["other_error_is_a_failure"]["reference"] is None
+    assert [d["ref"] for d in cases["other_error_is_a_failure"]["declared"]] == ["owner/repo#3"]
+    assert cases["bug_not_yet_there"]["declared"] == [] and cases["bug_not_yet_there"]["reference"] is None
+    ranged = cases["one_message_per_range"]
+    assert ranged["reference"] == "owner/repo#6"
+    assert [(d["ref"], d["match"], d["since"], d["until"]) for d in ranged["declared"]] == [
+        ("owner/repo#6", "new message", "2.0", None), ("owner/repo#7", "another bug", None, None)]
+    assert cases["declared_for_other_versions_only"]["declared"] == []
+    assert "upstream" not in cases["known_bug"]
     assert cases["known_bug"]["exc_type"] == "builtins.RuntimeError"
     assert cases["known_bug"]["message"] == "boom: still broken"
     assert cases["other_error_is_a_failure"]["exc_type"] == "builtins.ValueError"
@@ -177,7 +201,7 @@ def test_under_xdist_the_controller_writes_every_record(pytester, monkeypatch):
     pytester.makepyfile(test_family=CASES)
     out = pytester.path / "out"
     result = pytester.runpytest_subprocess("-p", "harness.plugin", "-n", "2", f"--results-dir={out}", "--session-name=demo")
-    result.assert_outcomes(passed=5, failed=1, skipped=1, errors=1, xfailed=3, xpassed=1)
+    result.assert_outcomes(passed=5, failed=2, skipped=1, errors=1, xfailed=4, xpassed=1)
     records = [json.loads(line) for line in (out / "demo.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in records].count("environment") == 1
     cases = by_variant(records)

@@ -28,7 +28,20 @@ def test_a_second_run_keeps_the_first_file(tmp_path):
     second = records.ResultsWriter(tmp_path / "s.jsonl")
     second.close()
     kept = list((tmp_path / "previous").iterdir())
-    assert len(kept) == 1 and records.read(kept[0])[0] == {"schema": 1, **ENV}
+    assert len(kept) == 1 and records.read(kept[0])[0] == {"schema": records.SCHEMA_VERSION, **ENV}
+
+
+def test_schema_1_records_read_in_todays_form(tmp_path):
+    """Schema 1 listed references in `upstream`, the matched one first; it stays readable."""
+    path = tmp_path / "s.jsonl"
+    old = [{"schema": 1, **ENV},
+           {"schema": 1, **CASE, "outcome": "known", "upstream": ["owner/repo#1", "owner/repo#2"]},
+           {"schema": 1, **CASE, "outcome": "fail", "upstream": ["owner/repo#3", "owner/repo#3"]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in old))
+    _, known, failed = records.read(path)
+    assert known["reference"] == "owner/repo#1" and "upstream" not in known
+    assert [d["ref"] for d in known["declared"]] == ["owner/repo#1", "owner/repo#2"]
+    assert failed["reference"] is None and failed["declared"] == [{"ref": "owner/repo#3"}]
 
 
 def test_unwritable_directory_is_a_clear_error(tmp_path):
