@@ -48,7 +48,7 @@ NO_DEVICE = "no CUDA device"  # how a case that needs a GPU says it skipped (cas
 BACKENDS = ("eager", "aot_eager", "inductor")
 # cpu_torch25, cuda12_torch213, cpu_torch_nightly, cpu_torch25_py310_pyg (harness/matrix.py)
 SESSION_NAME = re.compile(r"(?P<line>cpu|cuda\d+)_torch(?P<row>\d+|_nightly)(?:_(?P<label>[a-z0-9]+(?:_[a-z0-9]+)*))?")
-CELL_KEYS = ("outcome", "exc_type", "message", "upstream", "metrics", "duration")
+CELL_KEYS = ("outcome", "exc_type", "message", "reference", "declared", "metrics", "duration")
 OPTIONAL_CELL_KEYS = ("attempts", "leaked", "output_tail", "reused_from")
 
 
@@ -269,13 +269,13 @@ def failures(sessions: list[SessionResult], case_ids: list[str]) -> dict:
             entry = {"case": case, "line": line, "session": session.name, "torch": session.torch,
                      "outcome": outcome, "exc_type": record.get("exc_type"),
                      "message": record.get("message") or "", "since_torch": since.torch, "since_session": since.name,
-                     "upstream": record.get("upstream") or []}
+                     "reference": record.get("reference")}
             if outcome in HARD:
                 failing.append(entry)
             elif outcome in (*DECLARED, "fixed"):
-                for ref in entry["upstream"] or [""]:
-                    group = by_ref.setdefault(ref, {"ref": ref, "link": upstream_link(ref), "cases": []})
-                    group["cases"].append(entry)
+                ref = entry["reference"] or ""  # the one declaration the case met
+                group = by_ref.setdefault(ref, {"ref": ref, "link": upstream_link(ref), "cases": []})
+                group["cases"].append(entry)
     groups = [g for g in by_ref.values() if any(c["outcome"] in DECLARED for c in g["cases"])]
     for group in groups:
         kinds = [c["outcome"] for c in group["cases"] if c["outcome"] in DECLARED]
@@ -664,7 +664,7 @@ def render_markdown(data: dict) -> str:
             continue
         out += [f"### {family}", "", header, "|---" * (len(sessions) + 2) + "|"]
         for case in rows:
-            refs = sorted({r for cell in case["cells"].values() for r in (cell.get("upstream") or [])})
+            refs = sorted({cell["reference"] for cell in case["cells"].values() if cell.get("reference")})
             out.append(f"| `{case['case'].split('/', 1)[1]}` | " +
                        " | ".join(_md_cell(case["cells"][s["name"]]) for s in sessions) + f" | {_refs_md(refs)} |")
         out.append("")
@@ -858,7 +858,7 @@ def _h_folded(data: dict) -> str:
 def render_html(data: dict) -> str:
     template = (pathlib.Path(__file__).with_name("report_template.html")).read_text(encoding="utf-8")
     links = {r: upstream_link(r) for c in data["cases"] for cell in c["cells"].values()
-             for r in (cell.get("upstream") or [])}
+             for r in [cell.get("reference")] + [d["ref"] for d in cell.get("declared") or []] if r}
     payload = json.dumps({"sessions": data["sessions"], "families": data["families"], "cases": data["cases"],
                           "symbols": CELL_TEXT, "meaning": MEANING, "links": links,
                           "absent": {"text": ABSENT_TEXT, "symbol": ABSENT_SYMBOL}}, default=str)

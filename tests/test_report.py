@@ -40,7 +40,9 @@ def case_record(case, outcome, message=None, upstream=None, **extra):
             "params": {"device": device, "backend": backend, "fullgraph": fullgraph == "fullgraph", "variant": variant},
             "outcome": outcome, "exc_type": "AssertionError" if outcome == "fail" else None,
             "message": message if message is not None else f"{outcome} on purpose",
-            "upstream": upstream, "metrics": {"graphs": 1, "graph_breaks": 0}, "duration": 0.1,
+            "reference": upstream[0] if upstream and outcome in ("known", "limitation", "fixed") else None,
+            "declared": [{"kind": "limitation" if ref == DOC_REF else "known", "ref": ref} for ref in upstream],
+            "metrics": {"graphs": 1, "graph_breaks": 0}, "duration": 0.1,
             "nodeid": f"cases/test_{family}.py::test_{variant}[{params}", **extra}
 
 
@@ -334,7 +336,7 @@ def test_regressions_and_new_failing_cases_fail_the_report(tmp_path):
     ("damage", "error"),
     [
         (lambda text: text[: text.rindex('"outcome"')], r"cpu_torch25.jsonl:\d+: not a JSON record"),
-        (lambda text: text.replace('"schema": 1', '"schema": 7', 1), r"cpu_torch25.jsonl:1: schema 7"),
+        (lambda text: text.replace(f'"schema": {records.SCHEMA_VERSION}', '"schema": 7', 1), r"cpu_torch25.jsonl:1: schema 7"),
         (lambda text: "garbage\n" + text, r"cpu_torch25.jsonl:1: not a JSON record"),
         (lambda text: text.replace('"outcome": "pass"', '"outcome": "passed"', 1),
          r"cpu_torch25.jsonl:2: unknown outcome 'passed'"),
