@@ -162,7 +162,11 @@ def main(argv=None) -> int:
     parser.add_argument("--plan", required=True, metavar="PATH", help="where the plan goes (JSON)")
     parser.add_argument("--fresh", action="store_true", help="reuse nothing (the keys are still kept)")
     args = parser.parse_args(argv)
-    spec = matrix.find(args.session)
+    try:
+        spec = matrix.find(args.session)
+    except matrix.MatrixError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     results = records.results_dir(ROOT / "results")
     fresh = args.fresh or os.environ.get(FRESH_ENV, "") not in ("", "0")
     the_plan = plan(spec, pathlib.Path(os.environ.get(REUSE_FROM_ENV) or results), fresh)
