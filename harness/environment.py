@@ -10,7 +10,7 @@ import platform
 import subprocess
 import sys
 
-from harness.sessions import install_environment
+from harness.sessions import install_environment, installed_torch_wheel
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -96,6 +96,7 @@ def environment_record(session: str) -> dict:
         "git_commit": git_commit(),
         "harness_session": os.environ.get("HARNESS_SESSION"),
         "install_environment": install_environment(),
+        "torch_wheel": installed_torch_wheel(),  # {"build": "cpu"|"registry default"|index, "index", "reason"?}
         "packages": installed_packages(),
         "collect_env": pretty,
     }
