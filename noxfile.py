@@ -40,25 +40,34 @@ DEFAULT_SESSION = next(s for s in SESSIONS if s.device == "cpu" and "latest" in 
 
 def install_pins(session: nox.Session, spec: matrix.Session) -> None:
     """Install the session's pins into a venv built for them, reusing it while they are unchanged.
-    A PyTorch index is used alone for torch and what it needs, then the registry for the rest:
-    no command ever mixes two indexes."""
+    A PyTorch index is used alone for torch (and, but for the CPU index, what it needs), then the
+    registry for the rest: no command ever mixes two indexes."""
     venv = session.virtualenv
     stamp = pathlib.Path(venv.location) / sessions.STAMP
-    wanted = sessions.pins_stamp(spec)
+    wheel = sessions.torch_wheel(spec)
+    wanted = sessions.pins_stamp(spec, wheel)
     if stamp.is_file():
         if stamp.read_text() == wanted and not spec.nightly:  # a nightly always looks for a newer wheel
-            session.log("pins unchanged since this environment was built: reusing it")
+            session.log(f"pins unchanged since this environment was built: reusing it (torch: {wheel['build']} build)")
             return
         session.log("pins changed: rebuilding the environment")
         venv.reuse_existing = False
         venv.create()
-    _install(session, spec)
+    session.log(f"torch: the {wheel['build']} build" + (f" from {wheel['index']}" if wheel["index"] else " from the registry")
+                + (f" ({wheel['reason']})" if wheel.get("reason") else ""))
+    _install(session, spec, wheel)
+    (pathlib.Path(venv.location) / sessions.TORCH_WHEEL_FILE).write_text(json.dumps(wheel))
     stamp.write_text(wanted)
 
 
-def _install(session: nox.Session, spec: matrix.Session) -> None:
+def _install(session: nox.Session, spec: matrix.Session, wheel: dict) -> None:
     pre = ["--pre"] if spec.nightly else []
-    if spec.index_url:
+    if wheel["build"] == sessions.CPU_BUILD:
+        # torch alone from the CPU index; the registry then supplies what it needs and the rest, the
+        # installed +cpu build satisfying the pin.
+        session.install("--index-url", wheel["index"], "--no-deps", spec.requirements[0])
+        session.install(*spec.requirements, *sessions.HARNESS_REQUIREMENTS)
+    elif spec.index_url:
         torch_pin = spec.requirements[0]
         session.install(*pre, "--index-url", spec.index_url, torch_pin)
         # torch stays pinned (a nightly as installed) while the registry supplies the rest.

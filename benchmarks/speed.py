@@ -95,6 +95,11 @@ def env_creation(spec, work: pathlib.Path, skip_cold_pip: bool) -> dict:
     return figures
 
 
+def venv_bytes(venv: pathlib.Path) -> int:
+    """What the venv holds on disk (its files; links to the interpreter not counted)."""
+    return sum(f.stat().st_size for f in venv.rglob("*") if f.is_file() and not f.is_symlink())
+
+
 def session_runs(spec, work: pathlib.Path, select: list[str]) -> dict:
     envdir = work / "envs"
     results = work / "results"
@@ -103,6 +108,9 @@ def session_runs(spec, work: pathlib.Path, select: list[str]) -> dict:
     env = {records.RESULTS_ENV: str(results)}
     figures = {"session cold": timed(command, env), "session warm": timed(command, env)}
     figures["warm/cold"] = figures["session warm"] / figures["session cold"]
+    venv = sessions.venv_dir(spec.name, envdir)
+    figures["venv bytes"] = venv_bytes(venv)
+    figures["torch wheel"] = sessions.installed_torch_wheel(venv)
     figures["families"] = per_family(results / f"{spec.name}.jsonl")
     return figures
 
@@ -226,6 +234,10 @@ def main() -> None:
             print(f"  session cold                             {runs['session cold']:7.1f} s")
             print(f"  session warm                             {runs['session warm']:7.1f} s")
             print(f"  warm/cold session ratio                  {runs['warm/cold']:7.2f}  (target <= 0.33)")
+            wheel = runs["torch wheel"] or {}
+            print(f"  session venv                             {runs['venv bytes'] / 1e9:7.2f} GB  (torch: the "
+                  f"{wheel.get('build', 'unknown')} build{' from ' + wheel['index'] if wheel.get('index') else ''}; "
+                  f"target < 1.5 GB for a CPU build)")
             for family, seconds in sorted(runs["families"].items()):
                 print(f"  family {family:33s} {seconds:7.1f} s")
         if "overhead" in parts:

@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import os
 import pathlib
 import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's errors in one line (its usage is what -h prints), exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
 
 
 def check_env(args) -> int:
@@ -44,20 +55,47 @@ def report(args) -> int:
     return result["status"]
 
 
+class UnknownCaseName(ValueError):
+    """A case id whose family file or test function does not exist: found without building a venv."""
+
+
+def check_case_name(case: str) -> None:
+    """The family and variant of `family/variant[params]` exist in cases/, read from the source: a
+    mistyped id is refused before any venv is built (its parameters are checked by collection)."""
+    family, slash, rest = case.partition("/")
+    variant = rest.split("[", 1)[0]
+    if not slash or not family or not variant:
+        raise UnknownCaseName(f"not a case id: {case!r} (expected family/variant[params])")
+    files = {p.stem[len("test_"):]: p for p in sorted((ROOT / "cases").glob("test_*.py"))}
+    if family not in files:
+        close = difflib.get_close_matches(family, list(files), n=3)
+        raise UnknownCaseName(f"unknown case family {family!r} in {case!r} (families: {', '.join(close or files)})")
+    tree = ast.parse(files[family].read_text())
+    variants = [node.name[len("test_"):] for node in tree.body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")]
+    if variant not in variants:
+        close = difflib.get_close_matches(variant, variants, n=3)
+        hint = f" (did you mean {', '.join(f'{family}/{c}' for c in close)}?)" if close else ""
+        raise UnknownCaseName(f"unknown case {case!r}: {files[family].relative_to(ROOT)} has no test_{variant}{hint}")
+
+
 def repro(args) -> int:
     from harness import repro as reproduction
 
+    if args.case and not args.all:
+        check_case_name(args.case)
     return reproduction.command(args)
 
 
 def bisect(args) -> int:
     from harness import bisect as bisection
 
+    check_case_name(args.case)
     return bisection.command(args)
 
 
 def parser() -> argparse.ArgumentParser:
-    main = argparse.ArgumentParser(prog="python -m harness")
+    main = OneLineParser(prog="python -m harness")
     commands = main.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check-env", help="check the running environment against a session's pins")
     check.add_argument("session")
@@ -116,7 +154,7 @@ def exit_code(error: Exception) -> int | None:
     from harness.sessions import SessionError
 
     for kinds, code in (((MatrixError, EnvironmentMismatch, ReportError, ResultsError, UnknownCase, ValueError), 2),
-                        ((ReproError, SessionError), 1)):
+                        ((ReproError, SessionError, OSError), 1)):
         if isinstance(error, kinds):
             return code
     return None
@@ -132,8 +170,14 @@ def main(argv=None) -> int:
         code = exit_code(error)
         if code is None:
             raise
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(error)}", file=sys.stderr)
         return code
+
+
+def one_line(error: Exception) -> str:
+    """A message of several lines (a list of close case ids) joined into one."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] + (": " + ", ".join(lines[1:]) if lines[1:] else "") if lines else type(error).__name__
 
 
 if __name__ == "__main__":

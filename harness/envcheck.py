@@ -50,8 +50,10 @@ def installed(cuda: bool = True) -> dict:
         "pytorch-lightning": _dist_version("pytorch-lightning"),
     }
     if cuda:
-        import torch
-
+        try:
+            import torch
+        except ImportError:  # no torch here (the project's own venv): a mismatch, not a traceback
+            return {**found, "torch": None, "cuda": None, "cuda_available": False}
         found.update(torch=torch.__version__, cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
     return found
 
@@ -67,7 +69,7 @@ def _same_release(found: str | None, pin: str) -> bool:
 def mismatches(session: Session, found: dict, gpu: bool = True) -> list[str]:
     problems = []
     if session.torch and not _same_release(found["torch"], session.torch):
-        problems.append(f"torch is {found['torch']}, the session pins {session.torch}")
+        problems.append(f"torch is {found['torch'] or 'not installed'}, the session pins {session.torch}")
     if session.nightly and found["torch"] and not Version(found["torch"]).is_prerelease:
         problems.append(f"torch is {found['torch']}, the nightly session needs a pre-release")
     for dist in ("lightning", "pytorch-lightning"):

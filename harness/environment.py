@@ -10,7 +10,7 @@ import platform
 import subprocess
 import sys
 
-from harness.sessions import install_environment
+from harness.sessions import install_environment, installed_torch_wheel
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -32,11 +32,22 @@ def git_commit(root: pathlib.Path = PROJECT_ROOT) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def _in_checkout(dist) -> bool:
+    """The project's own metadata found in the checkout itself (the editable install's
+    torch_compile_matrix.egg-info, seen through the cwd entry of sys.path): the harness is not an
+    installed package of the session, and its sources are keyed on their own."""
+    try:
+        return pathlib.Path(dist.locate_file("")).resolve() == PROJECT_ROOT
+    except (OSError, TypeError, NotImplementedError):
+        return False
+
+
 def installed_packages() -> list[str]:
+    """`name==version` of every distribution the interpreter sees, but the checkout's own."""
     names = {}
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"]
-        if name:
+        if name and not _in_checkout(dist):
             names[name.lower()] = f"{name}=={dist.version}"
     return [names[key] for key in sorted(names)]
 
@@ -85,6 +96,7 @@ def environment_record(session: str) -> dict:
         "git_commit": git_commit(),
         "harness_session": os.environ.get("HARNESS_SESSION"),
         "install_environment": install_environment(),
+        "torch_wheel": installed_torch_wheel(),  # {"build": "cpu"|"registry default"|index, "index", "reason"?}
         "packages": installed_packages(),
         "collect_env": pretty,
     }

@@ -1,6 +1,7 @@
 """A results file as JUnit XML (`<session>.xml` beside `<session>.jsonl`), what CI dashboards and
 test-report actions read: one testcase per case record, in the status JUnit has for its outcome
-(harness.outcomes), the outcome itself and its references among the testcase's properties."""
+(harness.outcomes), the outcome itself and its references among the testcase's properties, and the
+case's `file` and `line` (its test function in cases/) for reporters that annotate the source."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ def testcase(record: dict) -> ElementTree.Element:
     family, _, name = record["case"].partition("/")
     case = ElementTree.Element("testcase", classname=family, name=name or family,
                                time=f"{record.get('duration') or 0:.3f}")
+    location = record.get("location") or {}  # older records (and carried ones made before) have none
+    if location.get("file"):
+        case.set("file", location["file"])
+        if location.get("line"):
+            case.set("line", str(location["line"]))
     properties = ElementTree.SubElement(case, "properties")
     declared = " ".join(dict.fromkeys(d["ref"] for d in record.get("declared") or []))
     values = {"outcome": record["outcome"], "reference": record.get("reference") or "", "declared": declared,

@@ -91,6 +91,7 @@ class ResultsRecorder:
         self.environment = None
         self.pending: dict[str, list[dict]] = {}
         self.durations: dict[str, float] = {}
+        self.locations: dict[str, dict] = {}  # nodeid -> {"file", "line"} of its test function
         self.counts: dict[str, int] = {}
         self.worker_dir = None
 
@@ -165,6 +166,11 @@ class ResultsRecorder:
             self.writer.write(environment)
         self.writer.write(record)
 
+    def pytest_runtest_logstart(self, nodeid, location):
+        """Where the case's function is (xdist forwards this before the case runs: a crash has it too)."""
+        if location and location[1] is not None:
+            self.locations[nodeid] = {"file": location[0], "line": location[1] + 1}
+
     def pytest_runtest_logreport(self, report):
         data = _harness_data(report)
         if data is None:
@@ -186,6 +192,7 @@ class ResultsRecorder:
             "metrics": metrics,
             "duration": round(self.durations.pop(nodeid, 0.0), 4),
             "nodeid": nodeid,
+            "location": self.locations.pop(nodeid, None),  # the test function's file and 1-based line (JUnit)
             **{key: worst[key] for key in ("attempts", "leaked", "output_tail") if key in worst},
         }
         self.counts[record["outcome"]] = self.counts.get(record["outcome"], 0) + 1

@@ -2,8 +2,9 @@
 it depends on has changed since.
 
 What a case depends on is keyed per family (one case file): the exact set of distributions installed
-in the session's environment, its interpreter, the machine facts compiled code depends on (the CPU
-model and the C++ compiler inductor builds with; the GPU and its driver for a CUDA session), the
+in the session's environment (not the project's own), its interpreter, the machine facts compiled code
+depends on (inductor's vector ISA and the C++ compiler it builds with, not the CPU model's name; the
+GPU and its driver for a CUDA session), the
 family's file and cases/conftest.py, every harness module that runs in a session, and the options
 that change outcomes (time limit, reruns, memory limit). The keys of a run are kept in its
 environment record (`reuse_keys`); a family whose key is unchanged has its records carried over,
@@ -61,12 +62,29 @@ def _first_line(command: list[str]) -> str | None:
     return (done.stdout.strip().splitlines() or [None])[0]
 
 
+def vector_isa() -> str:
+    """The vector instruction set inductor's C++ backend compiles for on this machine, as torch picks
+    it: what changes compiled CPU code, where the CPU model's name does not (hosted runners of one
+    kind come with several CPU models of the same ISA). Read in the session's venv."""
+    try:
+        try:
+            from torch._inductor.cpu_vec_isa import pick_vec_isa  # torch >= 2.5
+        except ImportError:
+            from torch._inductor.codecache import pick_vec_isa
+        return str(pick_vec_isa()) or "none"  # an invalid ISA (no SIMD) prints as ""
+    except Exception as exc:  # an old torch without it, a broken compiler: still a key, never a crash
+        return f"unknown ({type(exc).__name__})"
+
+
+def compiler() -> str | None:
+    """The C++ compiler inductor builds with (CXX, else g++), by its version line."""
+    return _first_line([os.environ.get("CXX", "g++"), "--version"])
+
+
 def machine(spec: matrix.Session) -> dict:
-    """What compiled code depends on besides the environment."""
-    cpu = next((line.split(":", 1)[1].strip() for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if os.path.exists("/proc/cpuinfo") else \
-        platform.processor()
-    facts = {"cpu": cpu, "machine": platform.machine(), "compiler": _first_line([os.environ.get("CXX", "g++"), "--version"])}
+    """What compiled code depends on besides the environment: the architecture, inductor's vector
+    ISA and the compiler (not the CPU model); the GPU and its driver for a CUDA session."""
+    facts = {"machine": platform.machine(), "vector_isa": vector_isa(), "compiler": compiler()}
     if spec.device == "cuda":
         facts["gpu"] = _first_line(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
     return facts
@@ -162,7 +180,11 @@ def main(argv=None) -> int:
     parser.add_argument("--plan", required=True, metavar="PATH", help="where the plan goes (JSON)")
     parser.add_argument("--fresh", action="store_true", help="reuse nothing (the keys are still kept)")
     args = parser.parse_args(argv)
-    spec = matrix.find(args.session)
+    try:
+        spec = matrix.find(args.session)
+    except matrix.MatrixError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     results = records.results_dir(ROOT / "results")
     fresh = args.fresh or os.environ.get(FRESH_ENV, "") not in ("", "0")
     the_plan = plan(spec, pathlib.Path(os.environ.get(REUSE_FROM_ENV) or results), fresh)

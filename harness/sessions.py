@@ -50,6 +50,58 @@ def install_environment(environ=None) -> dict:
     return {name: environ[name] for name in INSTALL_VARIABLES if environ.get(name)}
 
 
+# --- where a CPU session's torch comes from ---------------------------------------------------------
+
+# PyTorch's index of CPU-only wheels (0.7 GB installed, against 4.6 GB for the registry's CUDA build,
+# which also runs on CPU). uv's `--torch-backend cpu` reaches the same wheels but cannot be pointed at
+# a mirror; this variable can (a company mirror, the tests' index on 127.0.0.1).
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+CPU_INDEX_ENV = "HARNESS_CPU_INDEX"
+TORCH_WHEEL_FILE = "harness-torch-wheel.json"  # in the venv: which build it got, for the environment record
+CPU_BUILD, REGISTRY_BUILD = "cpu", "registry default"
+
+
+def cpu_index() -> str:
+    return (os.environ.get(CPU_INDEX_ENV) or CPU_INDEX).rstrip("/")
+
+
+def _index_lists(index: str, torch: str, python: str) -> str | None:
+    """None when the PEP 503 index lists a CPU wheel of `torch` for `python`; else why not."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{index}/torch/", timeout=15) as response:
+            page = response.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return f"{index} is not reachable ({getattr(exc, 'reason', exc)})"
+    tag = "cp" + python.replace(".", "")
+    if not any(f"torch-{torch}{plus}cpu-{tag}-" in page for plus in ("+", "%2B", "%2b")):
+        return f"{index} has no CPU wheel of torch {torch} for Python {python}"
+    return None
+
+
+def torch_wheel(spec: matrix.Session) -> dict:
+    """Where the session's torch comes from, decided here and only here: a CPU session with a torch
+    pin takes PyTorch's CPU-only build when the CPU index is reachable and lists it, else the
+    registry's default build; every other session takes what its row says."""
+    if spec.device != "cpu" or spec.nightly or spec.index_url or not spec.torch:
+        return {"build": spec.index or REGISTRY_BUILD, "index": spec.index_url}
+    why_not = _index_lists(cpu_index(), spec.torch, spec.python)
+    if why_not:
+        return {"build": REGISTRY_BUILD, "index": None, "reason": why_not}
+    return {"build": CPU_BUILD, "index": cpu_index()}
+
+
+def installed_torch_wheel(prefix: os.PathLike | None = None) -> dict | None:
+    """What torch_wheel() chose when the venv at `prefix` (default: the running one) was built."""
+    path = pathlib.Path(prefix or sys.prefix) / TORCH_WHEEL_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 class SessionError(Exception):
     """A session's environment cannot be found or built."""
 
@@ -89,11 +141,13 @@ def venv_python(session: str, envdir: os.PathLike | None = None) -> pathlib.Path
     return venv_dir(session, envdir) / "bin" / "python"
 
 
-def pins_stamp(spec: matrix.Session) -> str:
-    """What a session's venv was built from; a venv whose stamp matches is reused as it is."""
+def pins_stamp(spec: matrix.Session, wheel: dict | None = None) -> str:
+    """What a session's venv was built from (`wheel`: torch_wheel()'s choice, its reason aside); a
+    venv whose stamp matches is reused as it is."""
+    chosen = {k: v for k, v in (wheel or {}).items() if k != "reason"}
     return json.dumps({"requirements": spec.requirements, "index": spec.index_url, "python": spec.python,
-                       "harness": HARNESS_REQUIREMENTS, "install_environment": install_environment()},
-                      sort_keys=True)
+                       "harness": HARNESS_REQUIREMENTS, "install_environment": install_environment(),
+                       "torch_wheel": chosen}, sort_keys=True)
 
 
 def compile_cache_env(venv: os.PathLike) -> dict:

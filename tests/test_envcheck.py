@@ -1,10 +1,13 @@
 import importlib.metadata
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from harness import envcheck, matrix
+from tests.conftest import ROOT
 
 SESSIONS = matrix.load()
 
@@ -55,3 +58,52 @@ def test_require_gpu_refuses_a_cuda_session_without_gpu(monkeypatch):
     with pytest.raises(envcheck.EnvironmentMismatch, match="cuda12_torch25 runs CUDA cases but this machine has no GPU"):
         envcheck.require_gpu(matrix.find("cuda12_torch25", SESSIONS))
     envcheck.require_gpu(matrix.find("cpu_torch25", SESSIONS))  # CPU sessions need none
+
+
+def harness_command(*args, code=""):
+    """`python -m harness ARGS` as users run it; `code` runs first (e.g. hiding torch)."""
+    script = f"import runpy, sys; {code}; sys.argv = ['harness', *{list(args)!r}]; runpy.run_module('harness', run_name='__main__')"
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_check_env_without_torch_is_one_line():
+    # The project's own venv has no torch: `import torch` fails there as it does here.
+    result = harness_command("check-env", "cuda12_torch25", code="sys.modules['torch'] = None")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: environment does not match session cuda12_torch25: torch is not installed")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "the following arguments are required: command"),
+        (("bogus",), "invalid choice: 'bogus'"),
+        (("check-env",), "the following arguments are required: session"),
+        (("check-env", "cpu_torch2_5"), "unknown session 'cpu_torch2_5'"),
+        (("report", "/nonexistent-results"), "not a directory of results"),
+        (("report", "--baseline"), "argument --baseline: expected at least one argument"),
+        (("repro",), "repro needs a CASE_ID"),
+        (("repro", "checkpoint"), "not a case id: 'checkpoint'"),
+        (("repro", "checkpont/plain_checkpoint[cpu-eager-fullgraph]"), "unknown case family 'checkpont'"),
+        (("repro", "checkpoint/plain_chekpoint[cpu-eager-fullgraph]"), "did you mean checkpoint/plain_checkpoint"),
+        (("repro", "checkpoint/plain_checkpoint", "--session", "cpu_torch99"), "unknown session 'cpu_torch99'"),
+        (("bisect", "checkpoint/nope"), "has no test_nope"),
+        (("bisect", "checkpoint/plain_checkpoint", "--from", "9.9"), "no cpu row of the matrix"),
+        (("bisect", "checkpoint/plain_checkpoint", "--from", "two"), "not a version"),
+        (("bisect", "checkpoint/plain_checkpoint", "--device", "tpu"), "invalid choice: 'tpu'"),
+    ],
+)
+def test_every_command_refuses_bad_input_in_one_line(tmp_path, args, message):
+    result = harness_command(*args, code=f"import os; os.environ['HARNESS_RESULTS_DIR'] = {str(tmp_path)!r}")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert message in result.stderr
+    assert "building the environment" not in result.stderr and not list(tmp_path.iterdir())  # nothing built or written
+
+
+def test_reuse_planner_refuses_an_unknown_session(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "harness.reuse", "cpu_torch99", "--plan", str(tmp_path / "p")],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: unknown session 'cpu_torch99'")

@@ -3,7 +3,7 @@
 import sys
 import xml.etree.ElementTree as ElementTree
 
-from harness import matrix, records, sessions
+from harness import junit, matrix, records, sessions
 from harness.outcomes import OUTCOMES
 from tests.conftest import ROOT
 
@@ -56,3 +56,20 @@ def test_each_session_writes_junit_beside_its_results(pytester, monkeypatch):
     known = cases["family/known"]
     assert properties and known.find("skipped").get("message").startswith("known: owner/repo#1: ")
     assert "Segmentation fault" in cases["family/crashes"].find("error").get("message")
+
+    # file and line: where the test function is, for reporters that annotate the source
+    source = (pytester.path / "test_family.py").read_text().splitlines()
+    for case_id, element in cases.items():
+        assert element.get("file") == "test_family.py", case_id
+        line = int(element.get("line"))
+        # pytest's location of a function: its first line, the decorators included
+        first_def = next(text for text in source[line - 1:] if not text.startswith("@"))
+        assert first_def == f"def test_{case_id.split('/')[1]}(case):", case_id
+        assert line == 1 or not source[line - 2].startswith("@"), case_id
+        assert back[case_id]["location"] == {"file": "test_family.py", "line": line}
+
+
+def test_a_record_without_location_has_no_file_attribute():
+    record = {"kind": "case", "case": "family/old", "outcome": "pass", "duration": 0.1}
+    element = junit.testcase(record)
+    assert element.get("file") is None and element.get("line") is None

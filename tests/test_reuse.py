@@ -2,11 +2,13 @@
 runs the rest, and says which records it carried. Real nox on a copy of the project with two small
 families (a full session takes seconds), the checkout's session venv."""
 
+import os
 import pathlib
+import sys
 
 import pytest
 
-from harness import records, report
+from harness import environment, matrix, records, report, reuse
 from tests.conftest import copy_project, run_nox
 
 SESSION = "cpu_torch215"
@@ -128,3 +130,75 @@ def test_a_narrowed_or_fresh_run_reuses_nothing(project, tmp_path):
     assert not records.read(results / f"{SESSION}.jsonl")[0].get("reuse_keys")  # and is not a source
     assert "0 records reused; to run: alpha, beta" in session(project, results)
     assert "0 records reused (fresh run); to run: alpha, beta" in session(project, results, "--fresh")
+
+
+# --- what the key holds: the vector ISA and the compiler, not the CPU model or the project itself ---------
+
+MEASURED = pathlib.Path(__file__).resolve().parent.parent / "results" / f"{SESSION}.jsonl"
+
+
+def keyed_on(monkeypatch, cpu_model: str, isa: str) -> None:
+    """The machine facts as a runner with this CPU and this ISA would read them (the seams)."""
+    monkeypatch.setattr(reuse, "vector_isa", lambda: isa)
+    monkeypatch.setattr(reuse.platform, "processor", lambda: cpu_model)
+    monkeypatch.setattr(reuse.os.path, "exists", lambda path, real=os.path.exists: False if path == "/proc/cpuinfo"
+                        else real(path))  # an old key read the model name from here
+
+
+def nightly(directory: pathlib.Path, cpu_model: str, keys: dict) -> list[dict]:
+    """A finished run of the session on `cpu_model`: the committed table's measured records under
+    the keys of the machine that ran them."""
+    measured = records.read(MEASURED)
+    directory.mkdir()
+    writer = records.ResultsWriter(directory / f"{SESSION}.jsonl")
+    writer.write({**{k: v for k, v in measured[0].items() if k != "schema"}, "cpu": cpu_model, "reuse_keys": keys})
+    for record in measured[1:]:
+        writer.write({k: v for k, v in record.items() if k != "schema"})
+    writer.close()
+    return [r for r in measured if r["kind"] == "case"]
+
+
+def test_records_made_on_one_cpu_model_are_reused_on_another_with_the_same_vector_isa(monkeypatch, tmp_path):
+    spec = matrix.find(SESSION)
+    keyed_on(monkeypatch, "Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz", "avx512")
+    made = nightly(tmp_path / "previous", "Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz", reuse.family_keys(spec))
+    keyed_on(monkeypatch, "AMD EPYC 7763 64-Core Processor", "avx512")  # another hosted runner, the same ISA
+    same_isa = reuse.plan(spec, tmp_path / "previous")
+    assert same_isa["run"] == [] and len(same_isa["carried"]) == len(made) == 427
+    print(f"hit rate, another CPU model with the same ISA: {len(same_isa['carried'])}/{len(made)}")
+    keyed_on(monkeypatch, "AMD EPYC 7763 64-Core Processor", "avx2")  # compiled code differs
+    other_isa = reuse.plan(spec, tmp_path / "previous")
+    assert other_isa["carried"] == [] and len(other_isa["run"]) == len(reuse.family_files())
+    print(f"hit rate, another ISA: {len(other_isa['carried'])}/{len(made)}")
+
+
+def test_the_key_holds_the_compiler(monkeypatch):
+    spec = matrix.find(SESSION)
+    keyed_on(monkeypatch, "any", "avx2")
+    before = reuse.family_keys(spec)
+    monkeypatch.setattr(reuse, "compiler", lambda: "g++ (Debian 14.2.0-19) 14.2.0")
+    assert set(reuse.family_keys(spec).values()).isdisjoint(before.values())
+
+
+def test_the_vector_isa_is_what_inductor_picks():
+    try:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+    except ImportError:
+        from torch._inductor.codecache import pick_vec_isa
+    assert reuse.vector_isa() == (str(pick_vec_isa()) or "none")
+    assert not reuse.vector_isa().startswith("unknown")
+
+
+def test_the_checkouts_own_egg_info_is_not_an_installed_package(tmp_path, monkeypatch):
+    # The README's editable install leaves torch_compile_matrix.egg-info in the checkout, which a
+    # session sees through the cwd entry of sys.path: a fresh clone must get the same keys.
+    checkout = tmp_path / "checkout"
+    info = checkout / "torch_compile_matrix_twin.egg-info"
+    info.mkdir(parents=True)
+    (info / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: torch-compile-matrix-twin\nVersion: 0.2.0\n")
+    monkeypatch.syspath_prepend(str(checkout))
+    assert "torch-compile-matrix-twin==0.2.0" in environment.installed_packages()  # elsewhere: a package
+    monkeypatch.setattr(environment, "PROJECT_ROOT", checkout.resolve())
+    monkeypatch.chdir(checkout)
+    monkeypatch.setattr(sys, "path", ["", *sys.path])  # `python -m` puts the cwd first
+    assert not any(p.startswith("torch-compile-matrix-twin") for p in environment.installed_packages())
