@@ -1,6 +1,7 @@
 """A results file as JUnit XML (`<session>.xml` beside `<session>.jsonl`), what CI dashboards and
 test-report actions read: one testcase per case record, in the status JUnit has for its outcome
-(harness.outcomes), the outcome itself and its references among the testcase's properties."""
+(harness.outcomes), the outcome itself and its matched reference among the testcase's properties.
+Records are read through harness.records (schema 1 and 2)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def testcase(record: dict) -> ElementTree.Element:
     case = ElementTree.Element("testcase", classname=family, name=name or family,
                                time=f"{record.get('duration') or 0:.3f}")
     properties = ElementTree.SubElement(case, "properties")
-    values = {"outcome": record["outcome"], "upstream": " ".join(record.get("upstream") or []),
+    values = {"outcome": record["outcome"], "reference": record.get("reference") or "",
               "nodeid": record.get("nodeid") or "", "reused_from": (record.get("reused_from") or {}).get("started", "")}
     for key, value in values.items():
         if value:
@@ -24,7 +25,7 @@ def testcase(record: dict) -> ElementTree.Element:
     status = OUTCOMES[record["outcome"]].junit
     message = " ".join(filter(None, [record.get("exc_type"), record.get("message")]))
     if status == "skipped":
-        detail = ", ".join(record.get("upstream") or [])
+        detail = record.get("reference") or ""
         ElementTree.SubElement(case, "skipped", type=record["outcome"],
                                message=f"{record['outcome']}: {detail}: {message}" if detail else message)
     elif status in ("failure", "error"):
