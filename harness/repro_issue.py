@@ -51,7 +51,7 @@ def _shorten(output: str, head: int = 25, tail: int = 60) -> str:
 
 def _what_went_wrong(info: dict, result: dict) -> tuple[str, str]:
     """(title, paragraph) from the script's run."""
-    from harness.report import upstream_link
+    from harness.analysis import upstream_link
 
     params = {k: ast.literal_eval(v) for k, v in info["params"].items() if v is not None and k in ("backend", "fullgraph")}
     compile_call = f"torch.compile(backend={params.get('backend', 'inductor')!r}" + \
