@@ -46,10 +46,10 @@ class Result:
 
 def version_key(text: str) -> tuple:
     """'2.4.1' -> (2, 4, 1); a local or pre-release part is ignored ('2.15.0+cu132')."""
-    parts = re.match(r"\d+(?:\.\d+)*", text.strip())
-    if not parts:
+    release = records.torch_version(text).release
+    if release == (0,):
         raise ValueError(f"not a version: {text!r}")
-    return tuple(int(p) for p in parts.group().split("."))
+    return release
 
 
 def in_range(version: str, first: str | None, last: str | None) -> bool:
@@ -99,7 +99,7 @@ def run_case(target: Target, nodeid: str, case_id: str) -> Result:
                                   errors="replace", timeout=spec.case_timeout + 600)
         except subprocess.TimeoutExpired:
             return Result(target, "timeout", "no result in time")
-        _, record = records.find_case(pathlib.Path(tmp) / f"{target.session}.jsonl", case_id)
+        _, record = records.find_case(records.results_path(tmp, target.session), case_id)
     if record is None:
         tail = " | ".join(line for line in (done.stdout + done.stderr).splitlines() if line.strip())[-300:]
         return Result(target, "error", f"pytest exit {done.returncode}, no record: {tail}")

@@ -10,6 +10,7 @@ import platform
 import subprocess
 import sys
 
+from harness import records
 from harness.sessions import install_environment, installed_torch_wheel
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -80,6 +81,7 @@ def environment_record(session: str) -> dict:
     return {
         "kind": "environment",
         "session": session,
+        "identity": records.identity(session, torch.__version__, torch.cuda.is_available()),
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

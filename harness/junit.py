@@ -1,7 +1,8 @@
 """A results file as JUnit XML (`<session>.xml` beside `<session>.jsonl`), what CI dashboards and
 test-report actions read: one testcase per case record, in the status JUnit has for its outcome
-(harness.outcomes), the outcome itself and its references among the testcase's properties, and the
-case's `file` and `line` (its test function in cases/) for reporters that annotate the source."""
+(harness.outcomes), the outcome itself and its matched reference among the testcase's properties, and
+the case's `file` and `line` (its test function in cases/) for reporters that annotate the source.
+Records are read through harness.records (schema 1 and 2)."""
 
 from __future__ import annotations
 

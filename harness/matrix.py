@@ -48,6 +48,19 @@ class Session:
         )
 
     @property
+    def line(self) -> str:
+        """The version line the session is a step of: `cpu`, or `cudaNN` (one per CUDA major)."""
+        return "cpu" if self.device == "cpu" else f"cuda{self.cuda_major}"
+
+    @property
+    def identity(self) -> dict:
+        """What the environment record carries (harness.records.Identity), so that no reader parses
+        the name back."""
+        return {"session": self.name, "device": self.device, "line": self.line,
+                "row": self.torch or "nightly", "label": self.label,
+                "plain": session_name(self.line, self.torch, None)}
+
+    @property
     def requirements(self) -> list[str]:
         """What the session's venv installs, pinned."""
         torch = f"torch=={self.torch}" if self.torch else "torch"
@@ -63,6 +76,12 @@ def short_version(version: str) -> str:
     """'2.13.0' -> '213': the torch part of a session name."""
     major, minor = version.split(".")[:2]
     return f"{major}{minor}"
+
+
+def session_name(line: str, torch: str | None, label: str | None) -> str:
+    """cpu_torch25, cuda12_torch213, cpu_torch_nightly, cpu_torch25_py310_pyg: built here only."""
+    row = short_version(torch) if torch else "_nightly"
+    return f"{line}_torch{row}" + (f"_{label}" if label else "")
 
 
 def cuda_major_of(flavour: str, pypi_cuda: str | None) -> int:
@@ -118,16 +137,15 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
             label=label,
         )
         age = ("oldest",) if row is plain_rows[0] else ("latest",) if row is plain_rows[-1] else ()
-        suffix = short_version(torch) + (f"_{label}" if label else "")
         sessions.append(
-            Session(name=f"cpu_torch{suffix}", device="cpu", cuda_major=None, index=None,
+            Session(name=session_name("cpu", torch, label), device="cpu", cuda_major=None, index=None,
                     index_url=None, tags=("cpu", REGISTRY, *age), **common)
         )
         for flavour in row.get("cuda", ()):
             major = cuda_major_of(flavour, row.get("pypi_cuda"))
             index = None if flavour == PYPI else flavour
             sessions.append(
-                Session(name=f"cuda{major}_torch{suffix}", device="cuda", cuda_major=major,
+                Session(name=session_name(f"cuda{major}", torch, label), device="cuda", cuda_major=major,
                         index=index, index_url=index_url(index, where),
                         tags=("cuda", *((REGISTRY,) if index is None else ()), *age), **common)
             )
@@ -144,13 +162,13 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
         )
         cpu_index = _require(nightly, "cpu_index", "nightly")
         sessions.append(
-            Session(name="cpu_torch_nightly", device="cpu", cuda_major=None, index=cpu_index,
+            Session(name=session_name("cpu", None, None), device="cpu", cuda_major=None, index=cpu_index,
                     index_url=index_url(cpu_index, "nightly"), tags=("cpu", "nightly"), **common)
         )
         for flavour in nightly.get("cuda", ()):
             major = cuda_major_of(flavour, None)
             sessions.append(
-                Session(name=f"cuda{major}_torch_nightly", device="cuda", cuda_major=major,
+                Session(name=session_name(f"cuda{major}", None, None), device="cuda", cuda_major=major,
                         index=flavour, index_url=index_url(flavour, "nightly"),
                         tags=("cuda", "nightly"), **common)
             )

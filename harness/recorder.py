@@ -100,7 +100,7 @@ class ResultsRecorder:
         self.name = session_name(self.config)
         check_session_pins(self.name, gpu=not self.config.option.collectonly)
         directory = self.config.getoption("results_dir") or records.results_dir(self.config.rootpath / "results")
-        self.path = pathlib.Path(directory) / f"{self.name}.jsonl"
+        self.path = records.results_path(directory, self.name)
         try:
             records.check_writable(self.path.parent)
         except records.ResultsError as exc:
@@ -137,8 +137,7 @@ class ResultsRecorder:
             report.duration = time.time() - noted["started"]
         report.user_properties.append(("harness", {
             **(noted.get("identity") or identity_from_nodeid(crashitem)), "phase": "crash", "outcome": outcome,
-            "exc_type": None, "message": message, "reference": None, "declared": [],
-            "metrics": noted.get("metrics", {}),
+            "exc_type": None, "message": message, "reference": None, "declared": [], "metrics": noted.get("metrics", {}),
             "output_tail": tail}))
         report.longrepr = f"{message}\n\n{tail}" if tail else message
 
@@ -186,15 +185,8 @@ class ResultsRecorder:
         metrics = {}
         for phase in phases:
             metrics.update(phase.get("metrics") or {})
-        record = {
-            "kind": "case",
-            **{key: worst[key] for key in ("case", "family", "params", "outcome", "exc_type", "message", "reference", "declared")},
-            "metrics": metrics,
-            "duration": round(self.durations.pop(nodeid, 0.0), 4),
-            "nodeid": nodeid,
-            "location": self.locations.pop(nodeid, None),  # the test function's file and 1-based line (JUnit)
-            **{key: worst[key] for key in ("attempts", "leaked", "output_tail") if key in worst},
-        }
+        record = records.case_record(worst, metrics=metrics, duration=round(self.durations.pop(nodeid, 0.0), 4),
+                                     nodeid=nodeid, location=self.locations.pop(nodeid, None))
         self.counts[record["outcome"]] = self.counts.get(record["outcome"], 0) + 1
         self._write(record)
 

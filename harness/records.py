@@ -1,4 +1,10 @@
-"""The results file: one JSON record per line, appended and flushed as each case finishes."""
+"""The record schema: every reader and writer of results goes through this module.
+
+A results file (`results_path(directory, session)`) holds one JSON record per line, appended and
+flushed as each case finishes: an `environment` record first (with the session's `identity`, from
+harness.matrix), a `case` record per case, an `end` record when the run finished. Schema 2 is
+written; schema 1 files (before `reference`/`declared` and `identity`) are read through `upgrade`.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,150 @@ import pathlib
 import sys
 import tempfile
 import time
+from typing import Optional, TypedDict
+
+from packaging.version import InvalidVersion, Version
 
 from harness.outcomes import OUTCOMES
 
-SCHEMA_VERSION = 2  # 2: a case names the one reference it met (`reference`) and what it declares (`declared`)
+SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
 RESULTS_ENV = "HARNESS_RESULTS_DIR"
+SUFFIX = ".jsonl"
+DECLARED_KINDS = ("known", "limitation")  # outcomes a case declares, each with its reference
+
+
+class Identity(TypedDict):
+    """Who a session is, as harness.matrix defines it: never parsed back out of its name."""
+    session: str
+    device: str  # "cpu" or "cuda"
+    line: str  # the version line it is a step of: "cpu", or "cudaNN" (one per CUDA major)
+    row: str  # the torch row: its version pin, or "nightly"
+    label: Optional[str]  # a second environment of the row (another Python, extra packages)
+    plain: str  # the row's plain session (itself unless labelled)
+
+
+class Declaration(TypedDict, total=False):
+    kind: str  # "known" or "limitation"
+    ref: str
+    raises: list
+    match: Optional[str]
+    since: Optional[str]
+    until: Optional[str]
+
+
+class EnvironmentRecord(TypedDict, total=False):
+    schema: int
+    kind: str  # "environment"
+    session: str
+    identity: Identity
+    started: str
+    torch: str
+    cuda: Optional[str]
+    python: str
+    lightning: Optional[str]
+    gpu: Optional[str]
+    git_commit: Optional[str]
+    reuse_keys: dict
+    reused_from: dict
+
+
+class CaseRecord(TypedDict, total=False):
+    schema: int
+    kind: str  # "case"
+    case: str  # family/variant[params]: harness.caseid
+    family: str
+    params: dict
+    outcome: str  # a name of harness.outcomes.OUTCOMES
+    exc_type: Optional[str]
+    message: Optional[str]
+    reference: Optional[str]  # the one declaration the run met (known, limitation) or no longer meets (fixed)
+    declared: list  # [Declaration]: what applies to this torch; for a `fail`, what did not match
+    metrics: dict
+    duration: float
+    nodeid: str
+    location: Optional[dict]  # {"file", "line"}: the test function in cases/ (JUnit)
+    attempts: list
+    leaked: list
+    output_tail: str
+    reused_from: dict
+
+
+class EndRecord(TypedDict, total=False):
+    schema: int
+    kind: str  # "end"
+    exitstatus: int
+    counts: dict
+    reused: int
+    seconds: float
+
+
+CASE_KEYS = ("case", "family", "params", "outcome", "exc_type", "message", "reference", "declared")
+OPTIONAL_CASE_KEYS = ("attempts", "leaked", "output_tail", "reused_from")
+
+
+def results_path(directory: str | os.PathLike, session: str) -> pathlib.Path:
+    """Where a session's results go: the one builder of that path."""
+    return pathlib.Path(directory) / f"{session}{SUFFIX}"
+
+
+def results_files(directory: str | os.PathLike) -> list[pathlib.Path]:
+    return sorted(pathlib.Path(directory).glob(f"*{SUFFIX}"))
+
+
+def torch_version(text: str | None) -> Version:
+    """A torch version as packaging reads it, local part (+cpu, +cu121) dropped; Version('0') when
+    it is no version at all. The one place versions are parsed."""
+    try:
+        return Version((text or "").split("+")[0].strip())
+    except InvalidVersion:
+        return Version("0")
+
+
+def identity(session: str, torch: str | None = None, gpu: bool = False) -> Identity:
+    """The session's identity from the matrix (harness.matrix.Session.identity); a session outside
+    the matrix (a local run) is its own plain row on the device it ran on."""
+    from harness import matrix
+
+    try:
+        return matrix.find(session).identity
+    except matrix.MatrixError:
+        device = "cuda" if gpu else "cpu"
+        return Identity(session=session, device=device, line=device, row=torch or "?", label=None, plain=session)
+
+
+def case_record(data: dict, **more) -> CaseRecord:
+    """A case record from what a run reported (`data`: the worst phase's fields). A run that still
+    reports `upstream` (refs, the matched one first) is written as schema 2."""
+    data = dict(data)
+    if "upstream" in data:
+        legacy = _from_upstream(data["outcome"], data.pop("upstream") or [])
+        data.setdefault("reference", legacy["reference"])
+        data.setdefault("declared", legacy["declared"])
+    record = {"kind": "case", **{key: data.get(key) for key in CASE_KEYS}, **more}
+    record["declared"] = record["declared"] or []
+    record.update({key: data[key] for key in OPTIONAL_CASE_KEYS if data.get(key)})
+    return record
+
+
+def _from_upstream(outcome: str, refs: list) -> dict:
+    """Schema 1's `upstream` (the refs declared for the case, the matched one first) as schema 2's
+    fields: the matched reference only where the outcome names one."""
+    matched = refs[0] if refs and outcome in (*DECLARED_KINDS, "fixed") else None
+    return {"reference": matched, "declared": [{"ref": ref} for ref in refs]}
+
+
+def upgrade(record: dict) -> dict:
+    """A record of any readable schema as schema 2."""
+    if record.get("schema") == SCHEMA_VERSION:
+        return record
+    record = {**record, "schema": SCHEMA_VERSION}
+    if record["kind"] == "case":
+        legacy = _from_upstream(record["outcome"], record.pop("upstream", None) or [])
+        record = {**record, **legacy, **{k: record[k] for k in ("reference", "declared") if k in record}}
+    elif record["kind"] == "environment" and "identity" not in record:
+        record["identity"] = identity(record.get("session") or "?", record.get("torch"), bool(record.get("gpu")))
+    return record
 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -69,15 +213,17 @@ class ResultsWriter:
         previous = self.path.parent / "previous"
         previous.mkdir(exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.path.stat().st_mtime))
-        target = previous / f"{self.path.stem}.{stamp}.jsonl"
+        target = previous / f"{self.path.stem}.{stamp}{SUFFIX}"
         n = 1
         while target.exists():
-            target = previous / f"{self.path.stem}.{stamp}.{n}.jsonl"
+            target = previous / f"{self.path.stem}.{stamp}.{n}{SUFFIX}"
             n += 1
         os.replace(self.path, target)
 
     def write(self, record: dict) -> None:
-        line = portable(json.dumps({"schema": SCHEMA_VERSION, **record}, default=str, sort_keys=False))
+        """Any record read or built here, written as schema 2 (a carried schema 1 record is upgraded)."""
+        record = upgrade({"schema": record.get("schema", SCHEMA_VERSION), **record})
+        line = portable(json.dumps(record, default=str, sort_keys=False))
         self._file.write(line + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -104,30 +250,14 @@ def read(path: pathlib.Path) -> list[dict]:
         if not isinstance(record, dict) or "kind" not in record:
             raise ResultsError(f"{path}:{number}: not a harness record (no 'kind')")
         if record.get("schema") not in READABLE_SCHEMAS:
-            raise ResultsError(
-                f"{path}:{number}: schema {record.get('schema')!r}, this harness reads {READABLE_SCHEMAS}"
-            )
-        record = upgraded(record)
+            raise ResultsError(f"{path}:{number}: schema {record.get('schema')!r}, this harness reads "
+                               f"{', '.join(map(str, READABLE_SCHEMAS))}")
         if record["kind"] == "case" and record.get("outcome") not in OUTCOMES:  # harness.outcomes
             raise ResultsError(f"{path}:{number}: unknown outcome {record.get('outcome')!r}")
-        records.append(record)
+        records.append(upgrade(record))
     if not records or records[0]["kind"] != "environment":
         raise ResultsError(f"{path}:1: the file does not start with an environment record")
     return records
-
-
-def upgraded(record: dict) -> dict:
-    """A record of an older schema in today's form. Schema 1 listed a case's references in
-    `upstream`, the matched one first for `known` and `limitation`; which declaration a `fixed`
-    met, and their version ranges, it did not keep."""
-    if record.get("schema") != 1 or record.get("kind") != "case":
-        return record
-    record = dict(record)
-    refs = record.pop("upstream", None) or []
-    matched = record["outcome"] in ("known", "limitation", "fixed") and refs
-    record["reference"] = refs[0] if matched else None
-    record["declared"] = [{"ref": ref} for ref in dict.fromkeys(refs)]
-    return record
 
 
 def find_case(path: pathlib.Path, case_id: str) -> tuple[dict | None, dict | None]:
@@ -143,12 +273,12 @@ def find_case(path: pathlib.Path, case_id: str) -> tuple[dict | None, dict | Non
             data = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(data, dict):
+        if not isinstance(data, dict) or data.get("schema") not in READABLE_SCHEMAS:
             continue
         if data.get("kind") == "environment":
-            environment = data
-        elif data.get("kind") == "case" and data.get("case") == case_id:
-            record = data
+            environment = upgrade(data)
+        elif data.get("kind") == "case" and data.get("case") == case_id and data.get("outcome") in OUTCOMES:
+            record = upgrade(data)
     return environment, record
 
 

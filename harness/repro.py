@@ -29,21 +29,17 @@ import sys
 import tempfile
 
 from harness import outcomes, records, sessions
+from harness.repro_issue import across_versions, issue_markdown
+from harness.repro_script import BLOCKED, MAX_LINES, ReproError, build_script, script_name
 
+__all__ = ["ReproError", "UnknownCase", "build_script", "script_name", "command", "collect", "run_script"]
 ROOT = sessions.ROOT
 CASES_DIR = ROOT / "cases"
-CASEKIT = ROOT / "harness" / "casekit.py"
 DUMP_ENV = "HARNESS_REPRO_DUMP"  # set: this module, loaded as a pytest plugin, dumps the collection
 CASE_ENV = "HARNESS_REPRO_CASES"  # the case ids to describe, one per line; "*": every case
-MAX_LINES = 120
 OUTCOME_LINE = re.compile(r"^OUTCOME: (\w+)", re.M)
 # Environment that must not leak from a nox session or a surrounding pytest into the runs.
 DROP_ENV = ("HARNESS_SESSION", "HARNESS_RESULTS_DIR", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")
-BLOCKED = ("pytest", "_pytest", "harness")
-
-
-class ReproError(Exception):
-    """The case cannot be exported or run."""
 
 
 class UnknownCase(ReproError):
@@ -151,246 +147,6 @@ def collect(python, case_ids: list[str], timeout: float = 900) -> dict:
     return collected
 
 
-# --- the script ---------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class Statement:
-    """A top-level statement of a source file: its text, and the names it defines and uses."""
-
-    text: str
-    defines: set
-    uses: set
-    node: ast.AST
-
-    @property
-    def is_import(self) -> bool:
-        return isinstance(self.node, (ast.Import, ast.ImportFrom))
-
-
-def _names(node) -> set:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
-def _pytest_names(tree) -> set:
-    """`pytest` and the module's names bound to pytest objects (`te_bug = pytest.mark...`)."""
-    names, changed = {"pytest"}, True
-    while changed:
-        changed = False
-        for node in tree.body:
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and _names(node.value) & names:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                new = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)} - names
-                names |= new
-                changed |= bool(new)
-    return names
-
-
-def statements(source: str, docstrings: bool = True) -> list[Statement]:
-    """The top-level statements of `source`, each with the comment lines right above it, less
-    the decorators that only speak to pytest (parameters and marks: the script calls the function
-    with literals), and less docstrings if asked."""
-    tree = ast.parse(source)
-    lines = source.splitlines()
-    pytest_names = _pytest_names(tree)
-    found = []
-    for position, node in enumerate(tree.body):
-        if position == 0 and isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant):
-            continue  # the module docstring
-        decorators = getattr(node, "decorator_list", [])
-        start = min([node.lineno] + [d.lineno for d in decorators]) - 1
-        while start > 0 and lines[start - 1].lstrip().startswith("#") and not lines[start - 1].lstrip().startswith("# ---"):
-            start -= 1
-        dropped = [d for d in decorators if _names(d) & pytest_names]
-        skip = {number for d in dropped for number in range(d.lineno - 1, d.end_lineno)}
-        if not docstrings:
-            for inner in ast.walk(node):
-                body = getattr(inner, "body", None)
-                if isinstance(inner, (ast.FunctionDef, ast.ClassDef)) and len(body) > 1 \
-                        and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
-                    skip.update(range(body[0].lineno - 1, body[0].end_lineno))
-                    if not lines[body[0].end_lineno].strip():  # and the blank line after it
-                        skip.add(body[0].end_lineno)
-        text = "\n".join(line for number, line in enumerate(lines[start:node.end_lineno], start) if number not in skip)
-        uses = set().union(*(_names(child) for child in ast.iter_child_nodes(node) if child not in dropped))
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            defines = {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defines = {node.name}
-        else:
-            defines = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        found.append(Statement(text, defines, uses - defines, node))
-    return found
-
-
-def as_block(statement: Statement) -> Statement:
-    """The statement without its blank lines: a carried helper reads as one block, the script stays short."""
-    return dataclasses.replace(statement, text="\n".join(line for line in statement.text.splitlines() if line.strip()))
-
-
-def needed(found: list[Statement], roots: set) -> list[Statement]:
-    """The statements that define `roots` and what those use, transitively, in source order."""
-    wanted, kept = set(roots), set()
-    changed = True
-    while changed:
-        changed = False
-        for index, statement in enumerate(found):
-            if index not in kept and statement.defines & wanted:
-                kept.add(index)
-                wanted |= statement.uses
-                changed = True
-    return [s for i, s in enumerate(found) if i in kept]
-
-
-def _imported_module(statement: Statement) -> str:
-    node = statement.node
-    return (node.module or "") if isinstance(node, ast.ImportFrom) else node.names[0].name
-
-
-SKIP = '''
-class Skip(Exception):
-    """The case cannot run on this torch or Lightning."""
-'''
-NEED = '''
-def need(dotted):
-    """The object at `dotted`, or Skip naming what this installation lacks."""
-    module, _, name = dotted.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        raise Skip(f"missing: {dotted}") from None
-'''
-
-DECLARED = '''
-def declared(error):
-    """The outcome EXPECTED gives `error` or an error it was raised from, else None."""
-    while error is not None:
-        names = {n for c in type(error).__mro__ for n in (c.__name__, f"{c.__module__}.{c.__qualname__}")}
-        for outcome, _, raises, pattern in EXPECTED:
-            if names & set(raises) and re.search(pattern or "", str(error)):
-                return outcome
-        error = error.__cause__ or error.__context__
-'''
-
-
-def _attributes(nodes) -> set:
-    return {n.attr for node in nodes for n in ast.walk(node) if isinstance(n, ast.Attribute)}
-
-
-def without_unused_methods(source: str, attributes: set) -> str:
-    """`source` less the methods of its plain classes (no base class: the harness's `Case`, a
-    case's recorder) that nothing calls: neither the case (`attributes`) nor a method kept. Dunder
-    methods stay; classes with a base keep everything (torch calls `forward`, `__torch_function__`)."""
-    classes = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and not n.bases]
-    methods = [m for c in classes for m in c.body if isinstance(m, ast.FunctionDef)]
-    kept, used = set(), set(attributes)
-    while True:
-        now = {m for m in methods if m.name.startswith("__") or m.name in used}
-        if now == kept:
-            break
-        kept, used = now, used | _attributes(now)
-    dropped = {number for m in methods if m not in kept
-               for number in range(min([m.lineno] + [d.lineno for d in m.decorator_list]) - 1, m.end_lineno)}
-    return "\n".join(line for number, line in enumerate(source.splitlines()) if number not in dropped) + "\n"
-
-
-def script_name(case_id: str) -> str:
-    return "repro_" + re.sub(r"[^0-9A-Za-z_.-]+", "_", case_id.replace("/", "__")).strip("_") + ".py"
-
-
-def _arguments(info: dict, fixtures: set) -> list[str]:
-    arguments = []
-    for name in info["argnames"]:
-        if name == "case":
-            arguments.append("case")
-        elif name == "tmp_path":
-            arguments.append("tmp_path=pathlib.Path(tempfile.mkdtemp())")
-        elif name in fixtures:
-            arguments.append(f"{name}={name}()")
-        elif info["params"].get(name) is not None:
-            arguments.append(f"{name}={info['params'][name]}")
-        else:
-            raise ReproError(f"cannot export {info['case']}: no literal form of its parameter {name!r}")
-    return arguments
-
-
-def build_script(info: dict) -> str:
-    """The standalone script of a collected case (see the module docstring)."""
-    source = pathlib.Path(info["path"]).read_text()
-    function = info["function"]
-    case_nodes = [s.node for s in needed(statements(source), {function} | set(info["argnames"]))]
-    source = without_unused_methods(source, _attributes(case_nodes))
-    own = {s.node.name: s for s in statements(source) if isinstance(s.node, ast.FunctionDef)}  # with docstrings
-    found = [own.get(getattr(s.node, "name", None), s) if getattr(s.node, "name", None) == function else s
-             for s in statements(source, docstrings=False) if not (s.is_import and _imported_module(s).split(".")[0] in BLOCKED)]
-    fixtures = {s.node.name for s in found if isinstance(s.node, ast.FunctionDef) and s.node.name in info["argnames"]
-                and s.node.name != function}
-    case_code = needed(found, {function} | fixtures)
-    uses = {name for s in case_code for name in s.uses}
-    if uses & {"pytest", "_pytest"}:
-        raise ReproError(f"cannot export {info['case']}: its code calls pytest (only decorators may)")
-    kit = statements(without_unused_methods(CASEKIT.read_text(), _attributes(s.node for s in case_code)),
-                     docstrings=False)
-    kit_code = [as_block(s) for s in needed([s for s in kit if not s.is_import],
-                                            {"Case"} | (uses & {"OpLog", "TOLERANCES"}))]
-    case_code = [s if getattr(s.node, "name", None) == function else as_block(s) for s in case_code]
-    names = {name for s in case_code + kit_code for name in s.uses}
-    expected = [(e["kind"], e["ref"], tuple(e["raises"]), e["match"]) for e in info["expected"]]
-    # `fixed` when a declared upstream bug of this torch no longer reproduces (harness.outcomes)
-    passed = "fixed" if any(e["kind"] == "known" for e in info["expected"]) else "pass"
-    params = info["params"]
-    guards = [f"if {s['condition']}:\n            raise Skip({s['reason']!r})" for s in info["skips"]]
-    if "'cuda'" in params.values():
-        guards.append("if not torch.cuda.is_available():\n            raise Skip('no CUDA device')")
-    skips = bool(guards) or "need" in uses
-    stdlib = {"sys", "traceback"} | ({"re"} if expected else set()) | ({"importlib"} if "need" in uses else set()) \
-        | ({"pathlib", "tempfile"} if "tmp_path" in info["argnames"] else set())
-    imports = []
-    for s in [s for s in found + kit if s.is_import]:
-        module = _imported_module(s)
-        if module == "__future__" or not s.defines & (names | {"torch"}):
-            continue
-        if isinstance(s.node, ast.Import) and module in sys.stdlib_module_names:
-            stdlib.add(module)
-        elif s.text not in imports:
-            imports.append(s.text)
-    backend = ast.literal_eval(params["backend"]) if params.get("backend") else "inductor"
-    fullgraph = ast.literal_eval(params["fullgraph"]) if params.get("fullgraph") else False
-    header = (f'"""`{info["case"]}`, eager against torch.compile (torch-compile-matrix, torch {info["torch"]}).\n'
-              "Case.check compares outputs, dtypes and gradients; the case's asserts check what the feature does.")
-    parts = [header + '"""', f"import {', '.join(sorted(stdlib))}\n" +
-             "\n".join(sorted(imports, key=lambda i: (i.startswith("from "), i)))]
-    if expected:  # the failures the matrix declares for this case
-        listed = "".join(f"\n    {e!r}," for e in expected) + "\n" if len(expected) > 1 else repr(expected[0])
-        parts.append(f"EXPECTED = [{listed}]  # (outcome, reference, exception names, message pattern)")
-    if skips:
-        parts.append(SKIP.strip() + ("\n" + NEED.strip() if "need" in uses else ""))
-    parts.append("\n".join(s.text for s in kit_code))  # the comparison, carried as one block
-    helpers = [s.text for s in case_code if not s.is_import and getattr(s.node, "name", None) != function]
-    parts += ["\n".join(helpers)] + [s.text for s in case_code if getattr(s.node, "name", None) == function]
-    if expected:
-        parts.append(DECLARED.strip())
-    call = f"{function}({', '.join(_arguments(info, fixtures))})"
-    reachable = {passed, "fail"} | ({"skip"} if skips else set()) | {e[0] for e in expected}
-    exit_codes = {name: o.exit_code for name, o in outcomes.OUTCOMES.items() if name in reachable}
-    main = [
-        'if __name__ == "__main__":',
-        "    torch.manual_seed(0)  # as the matrix starts every case",
-        f"    case, outcome = Case({backend!r}, fullgraph={fullgraph!r}), {passed!r}",
-        "    try:",
-        *[f"        {g}" for g in guards],
-        f"        {call}",
-        *(["    except Skip as reason:", "        outcome = f'skip: {reason}'"] if skips else []),
-        "    except Exception as error:",
-        "        traceback.print_exc(file=sys.stdout)",
-        f"        outcome = {'declared(error) or ' if expected else ''}'fail'",
-        "    print('figures:', case.metrics, f'\\nOUTCOME: {outcome} (torch {torch.__version__})')",
-        f"    sys.exit({exit_codes!r}[outcome.split(':')[0]])",
-    ]
-    text = "\n\n".join(p.strip("\n") for p in parts) + "\n\n" + "\n".join(main) + "\n"  # one blank line: short
-    compile(text, script_name(info["case"]), "exec")  # a SyntaxError here is a harness bug
-    return text
-
-
 # --- running ---------------------------------------------------------------------------------------------
 
 def run_script(python, script: pathlib.Path, timeout: float = 900) -> dict:
@@ -419,101 +175,6 @@ def collect_env(python, timeout: float = 300) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"collect_env failed: {exc}"
     return (done.stdout.strip() or done.stderr.strip()) or f"collect_env printed nothing (exit {done.returncode})"
-
-
-# --- the issue ----------------------------------------------------------------------------------------------
-
-def across_versions(case_id: str, directories) -> list[dict]:
-    """What every results file at hand records for the case: torch, session, outcome, message;
-    oldest torch first."""
-    from packaging.version import InvalidVersion, Version
-
-    rows = []
-    for directory in directories:
-        for path in sorted(pathlib.Path(directory).glob("*.jsonl")):
-            environment, record = records.find_case(path, case_id)
-            if environment and record:
-                rows.append({"torch": environment.get("torch") or "?", "session": environment.get("session") or path.stem,
-                             "outcome": record["outcome"], "message": record.get("message") or ""})
-
-    def key(row):
-        try:
-            return Version(row["torch"].split("+")[0]), row["session"]
-        except InvalidVersion:
-            return Version("0"), row["session"]
-
-    return sorted(rows, key=key)
-
-
-def boundaries(rows: list[dict]) -> list[tuple[dict, dict]]:
-    """Adjacent torch versions (one session each: the plain CPU or CUDA row) whose outcomes differ."""
-    line = [r for r in rows if re.fullmatch(r"(cpu|cuda\d+)_torch\d+", r["session"])]
-    return [(a, b) for a, b in zip(line, line[1:]) if a["outcome"] != b["outcome"]]
-
-
-def _fence(text: str, language: str = "") -> str:
-    longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{language}\n{text.rstrip()}\n{fence}"
-
-
-def _shorten(output: str, head: int = 25, tail: int = 60) -> str:
-    lines = output.rstrip().splitlines()
-    if len(lines) <= head + tail:
-        return "\n".join(lines)
-    return "\n".join(lines[:head] + [f"[... {len(lines) - head - tail} lines ...]"] + lines[-tail:])
-
-
-def _what_went_wrong(info: dict, result: dict) -> tuple[str, str]:
-    """(title, paragraph) from the script's run."""
-    from harness.report import upstream_link
-
-    params = {k: ast.literal_eval(v) for k, v in info["params"].items() if v is not None and k in ("backend", "fullgraph")}
-    compile_call = f"torch.compile(backend={params.get('backend', 'inductor')!r}" + \
-        (", fullgraph=True)" if params.get("fullgraph") else ")")
-    version = info["torch"]
-    errors = [line for line in result["output"].splitlines() if re.match(r"^[\w.]+(Error|Exception|Unsupported)\b.*:", line)]
-    error = errors[-1] if errors else ""
-    outcome = result["outcome"] or "no outcome"
-    subject = info["case"]
-    refs = ", ".join(f"[{ref}]({upstream_link(ref) or ref})" for ref in dict.fromkeys(e["ref"] for e in info["expected"]))
-    doc = info["doc"].split("\n\n")[0].replace("\n", " ")
-    if outcome in ("fail", "known", "limitation"):
-        title = f"{compile_call}: `{subject}` fails on torch {version}" + (f": {error[:120]}" if error else "")
-        paragraph = f"With torch {version}, the case runs eagerly and under `{compile_call}`; the compiled run fails: `{error}`."
-        if outcome == "known":
-            paragraph += f" This is the upstream bug {refs}."
-        elif outcome == "limitation":
-            paragraph += f" This is documented behaviour ({refs})."
-    elif outcome == "skip":
-        title = f"`{subject}` cannot run on torch {version}"
-        paragraph = "The script skipped: " + next((line for line in result["output"].splitlines() if line.startswith("OUTCOME: skip")), "")
-    else:
-        title = f"{compile_call}: `{subject}` agrees with eager on torch {version}"
-        paragraph = f"With torch {version}, eager and compiled runs agree and the feature does what it does eagerly."
-        if outcome == "fixed":
-            paragraph += f" The declared upstream bug ({refs}) no longer reproduces."
-    return title, (f"{doc} " if doc else "") + paragraph
-
-
-def issue_markdown(info: dict, text: str, path: pathlib.Path, result: dict, environment: str,
-                   rows: list[dict]) -> str:
-    title, paragraph = _what_went_wrong(info, result)
-    lines = [f"### {title}", "", paragraph, ""]
-    if rows:
-        lines += ["| torch | session | outcome | message |", "|---|---|---|---|"]
-        lines += [f"| {r['torch']} | {r['session']} | {r['outcome']} | {r['message'][:100].replace('|', '/')} |"
-                  for r in rows]
-        lines += [""] + [f"Changes between torch {a['torch']} ({a['outcome']}) and {b['torch']} ({b['outcome']})."
-                         for a, b in boundaries(rows)] + [""]
-    needs = "torch and lightning" if "lightning" in text else "torch"
-    status = "timed out" if result["returncode"] is None else f"exit status {result['returncode']}"
-    lines += [f"**Reproduction** (`python {path.name}`, needs only {needs}):", "", _fence(text, "python"), "",
-              f"**Output** (torch {info['torch']}, {status}):", "", _fence(_shorten(result["output"])), "",
-              "**Expected**: the compiled run gives the eager run's outputs, dtypes and gradients, and the "
-              "feature does under torch.compile what it does eagerly (the script's asserts).", "",
-              "<details><summary>collect_env</summary>", "", _fence(environment), "", "</details>", ""]
-    return "\n".join(lines)
 
 
 # --- the commands ------------------------------------------------------------------------------------------
@@ -568,7 +229,7 @@ def check_session(args) -> int:
     """Every case of a session as a script, run in its venv, against what its results file records:
     0 when every outcome matches and every script is at most MAX_LINES lines."""
     python, session = _session_python(args)
-    results = records.results_dir(ROOT / "results") / f"{session}.jsonl"
+    results = records.results_path(records.results_dir(ROOT / "results"), session)
     recorded = {} if args.no_run else {r["case"]: r["outcome"] for r in records.read(results) if r["kind"] == "case"}
     collected = collect(python, ["*"])
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix=f"repro-{session}-"))

@@ -43,8 +43,9 @@ ROOT = sessions.ROOT
 NOT_CARRIED = {"error"}
 REUSE_FROM_ENV = "HARNESS_REUSE_FROM"  # a directory of results files to reuse from (default: the results dir)
 FRESH_ENV = "HARNESS_FRESH"
-# Harness modules that never run in a session: a change to them re-runs nothing.
-OFFLINE_MODULES = {"__main__.py", "bisect.py", "junit.py", "report.py", "repro.py", "reuse.py"}
+# Harness modules that run in a session are those the plugin imports (harness.plugin and what it
+# imports, junit included): a change to any other module (the report, repro, bisect) re-runs nothing.
+SESSION_ENTRIES = ("plugin", "environment")  # the plugin, and the environment probe it starts
 
 
 def _digest(data) -> str:
@@ -90,8 +91,31 @@ def machine(spec: matrix.Session) -> dict:
     return facts
 
 
+def session_modules() -> list[pathlib.Path]:
+    """The harness modules a session's run loads: harness.plugin's imports, followed through the
+    package (read from the sources, so that nothing here needs torch)."""
+    import ast
+
+    found, todo = set(), list(SESSION_ENTRIES)
+    while todo:
+        name = todo.pop()
+        path = ROOT / "harness" / f"{name}.py"
+        if name in found or not path.is_file():
+            continue
+        found.add(name)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "harness":
+                todo += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness."):
+                todo.append(node.module.split(".", 1)[1])
+            elif isinstance(node, ast.Import):
+                todo += [a.name.split(".", 1)[1] for a in node.names if a.name.startswith("harness.")]
+    return sorted(ROOT / "harness" / f"{name}.py" for name in found | {"__init__"}
+                  if (ROOT / "harness" / f"{name}.py").is_file())
+
+
 def harness_sources() -> str:
-    files = sorted(p for p in (ROOT / "harness").glob("*.py") if p.name not in OFFLINE_MODULES)
+    files = session_modules()
     return _digest({p.name: _digest(p.read_bytes()) for p in files})
 
 
@@ -117,7 +141,7 @@ def family_keys(spec: matrix.Session) -> dict[str, str]:
 def source(directory: pathlib.Path, session: str) -> list[dict]:
     """The records of the session's last run in `directory` if it can be reused from: it finished,
     ran the full session and kept its keys; else nothing."""
-    path = directory / f"{session}.jsonl"
+    path = records.results_path(directory, session)
     if not path.is_file():
         return []
     try:
@@ -193,7 +217,7 @@ def main(argv=None) -> int:
     print(f"{spec.name}: {len(the_plan['carried'])} records reused"
           + (" (fresh run)" if fresh else "") + f"; to run: {run}", file=sys.stderr)
     if not the_plan["run"]:
-        carry_everything(the_plan, results / f"{spec.name}.jsonl")
+        carry_everything(the_plan, records.results_path(results, spec.name))
     return 0
 
 
