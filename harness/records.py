@@ -144,7 +144,7 @@ def _from_upstream(outcome: str, refs: list) -> dict:
     """Schema 1's `upstream` (the refs declared for the case, the matched one first) as schema 2's
     fields: the matched reference only where the outcome names one."""
     matched = refs[0] if refs and outcome in (*DECLARED_KINDS, "fixed") else None
-    return {"reference": matched, "declared": [{"ref": ref} for ref in refs]}
+    return {"reference": matched, "declared": [{"ref": ref} for ref in dict.fromkeys(refs)]}
 
 
 def upgrade(record: dict) -> dict:

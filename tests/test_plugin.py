@@ -124,8 +124,8 @@ def test_outcomes_are_classified_and_recorded(pytester):
     assert cases["bug_not_yet_there"]["declared"] == [] and cases["bug_not_yet_there"]["reference"] is None
     ranged = cases["one_message_per_range"]
     assert ranged["reference"] == "owner/repo#6"
-    assert [(d["ref"], d["match"], d["since"], d["until"]) for d in ranged["declared"]] == [
-        ("owner/repo#6", "new message", "2.0", None), ("owner/repo#7", "another bug", None, None)]
+    assert [(d["ref"], d["match"], d["since"], d["until"]) for d in ranged["declared"]] == [  # closest marker first
+        ("owner/repo#7", "another bug", None, None), ("owner/repo#6", "new message", "2.0", None)]
     assert cases["declared_for_other_versions_only"]["declared"] == []
     assert "upstream" not in cases["known_bug"]
     assert cases["known_bug"]["exc_type"] == "builtins.RuntimeError"
