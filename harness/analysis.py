@@ -103,7 +103,7 @@ def first_line(text: str | None, limit: int = 300) -> str:
 
 
 # What differs between two raises of one bug: addresses, paths, quoted values, numbers.
-NORMALISE = [(re.compile(r"0x[0-9a-fA-F]+"), "0x…"), (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.<>@+-]+){2,}/?"), "<path>"),
+NORMALISE = [(re.compile(r"0x[0-9a-fA-F]+"), "0x…"), (re.compile(r"(?:<\w+>)?(?<![\w.<])(?:/[\w.@+-]+)+/?"), "<path>"),
              (re.compile(r"\b\d+(?:\.\d+)*\b"), "N")]
 
 
