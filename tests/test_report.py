@@ -193,6 +193,9 @@ def test_since_only_where_the_newest_outcome_held(tmp_path):
     rows = {row["case"]: row for row in report.build([tmp_path])["cases"]}
     assert rows[CK]["since"] == {"cpu": "2.6.0"}  # not 2.4.1: it passed on 2.5.1
     assert rows[NEST]["since"] == {}  # it changed on the newest torch: nothing held
+    write_session(tmp_path, "cpu_torch28", "2.8.0", {CK: "fail", NEST: "fail"})
+    rows = {row["case"]: row for row in report.build([tmp_path])["cases"]}
+    assert rows[NEST]["since"] == {"cpu": "2.7.1"}
 
 
 def test_labelled_session_differences_are_listed_against_their_own_row(matrix):
