@@ -103,7 +103,7 @@ def first_line(text: str | None, limit: int = 300) -> str:
 
 
 # What differs between two raises of one bug: addresses, paths, quoted values, numbers.
-NORMALISE = [(re.compile(r"0x[0-9a-fA-F]+"), "0x…"), (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.<>@+-]+){2,}/?"), "<path>"),
+NORMALISE = [(re.compile(r"0x[0-9a-fA-F]+"), "0x…"), (re.compile(r"(?:<\w+>)?(?<![\w.<])(?:/[\w.@+-]+)+/?"), "<path>"),
              (re.compile(r"\b\d+(?:\.\d+)*\b"), "N")]
 
 
@@ -300,8 +300,9 @@ def grid(sessions: list[SessionResult]) -> tuple[list[str], list[dict]]:
         since = {}
         for line, members in lines.items():
             history = ran(members, case)
-            if len(history) > 1 and stable_since(history) is not history[-1][0]:
-                since[line] = stable_since(history).torch  # only where the newest outcome held before
+            held = stable_since(history) if history else None
+            if held is not None and held not in (history[0][0], history[-1][0]):
+                since[line] = held.torch  # only where the newest outcome held since a change
         rows.append({"case": case, "family": first[case].get("family") or case.split("/", 1)[0],
                      "params": first[case].get("params") or {}, "folded": folded,
                      "all_skip": not folded and all(c["outcome"] == "skip" for c in cells.values()

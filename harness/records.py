@@ -148,12 +148,11 @@ def _from_upstream(outcome: str, refs: list) -> dict:
 
 
 def upgrade(record: dict) -> dict:
-    """A record of any readable schema as schema 2."""
-    if record.get("schema") == SCHEMA_VERSION:
-        return record
+    """A record of any readable schema as schema 2: a case's `upstream` as `reference`/`declared`,
+    an environment without `identity` given the matrix's."""
     record = {**record, "schema": SCHEMA_VERSION}
-    if record["kind"] == "case":
-        legacy = _from_upstream(record["outcome"], record.pop("upstream", None) or [])
+    if record["kind"] == "case" and "upstream" in record:
+        legacy = _from_upstream(record["outcome"], record.pop("upstream") or [])
         record = {**record, **legacy, **{k: record[k] for k in ("reference", "declared") if k in record}}
     elif record["kind"] == "environment" and "identity" not in record:
         record["identity"] = identity(record.get("session") or "?", record.get("torch"), bool(record.get("gpu")))

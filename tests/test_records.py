@@ -28,7 +28,8 @@ def test_a_second_run_keeps_the_first_file(tmp_path):
     second = records.ResultsWriter(tmp_path / "s.jsonl")
     second.close()
     kept = list((tmp_path / "previous").iterdir())
-    assert len(kept) == 1 and records.read(kept[0])[0] == {"schema": records.SCHEMA_VERSION, **ENV}
+    assert len(kept) == 1 and records.read(kept[0])[0] == {"schema": 2, **ENV, "identity": records.identity("s")}
+
 
 
 def test_schema_1_records_read_in_todays_form(tmp_path):
@@ -97,3 +98,35 @@ def test_records_carry_no_path_of_this_machine(tmp_path):
     back = records.read(path)
     assert back[0]["python_executable"].startswith(("<venv>/", "<python>/"))
     assert back[1]["message"].startswith("inline in skipfiles: cases/test_f.py | inner <")
+
+
+def test_schema_1_files_read_as_schema_2(tmp_path):
+    """Results written before `reference`/`declared` and the environment's identity stay readable:
+    the matched reference is the first of `upstream` where the outcome names one."""
+    path = records.results_path(tmp_path, "cpu_torch25_py310_pyg")
+    old = [{"schema": 1, "kind": "environment", "session": "cpu_torch25_py310_pyg", "torch": "2.5.1+cu124"},
+           {"schema": 1, **CASE, "case": "f/a", "outcome": "known", "upstream": ["o/r#1", "o/r#2"]},
+           {"schema": 1, **CASE, "case": "f/b", "outcome": "fail", "upstream": ["o/r#1"]},
+           {"schema": 1, **CASE, "case": "f/c", "outcome": "fixed", "upstream": ["o/r#3"]},
+           {"schema": 1, "kind": "end", "exitstatus": 0}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in old))
+    environment, *cases, end = records.read(path)
+    assert environment["identity"] == {"session": "cpu_torch25_py310_pyg", "device": "cpu", "line": "cpu",
+                                       "row": "2.5.1", "label": "py310_pyg", "plain": "cpu_torch25"}  # the matrix's
+    assert [(c["reference"], c["declared"]) for c in cases] == [
+        ("o/r#1", [{"ref": "o/r#1"}, {"ref": "o/r#2"}]), (None, [{"ref": "o/r#1"}]), ("o/r#3", [{"ref": "o/r#3"}])]
+    assert all("upstream" not in c and c["schema"] == 2 for c in cases) and end["schema"] == 2
+    assert records.find_case(path, "f/b")[1]["declared"] == [{"ref": "o/r#1"}]
+
+
+def test_a_session_outside_the_matrix_is_its_own_row():
+    assert records.identity("local_torch2.13.0", "2.13.0", gpu=False) == {
+        "session": "local_torch2.13.0", "device": "cpu", "line": "cpu", "row": "2.13.0", "label": None,
+        "plain": "local_torch2.13.0"}
+
+
+def test_case_records_from_a_run_that_still_reports_upstream():
+    record = records.case_record({**CASE, "outcome": "limitation", "family": "f", "upstream": ["https://docs/x"]},
+                                 duration=1.0)
+    assert record["reference"] == "https://docs/x" and record["declared"] == [{"ref": "https://docs/x"}]
+    assert "upstream" not in record and record["duration"] == 1.0

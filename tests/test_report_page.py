@@ -1,0 +1,131 @@
+"""report.html in a real headless Chromium (Debian's chromium and chromium-driver, driven by
+selenium): what a reader sees at 1400x900, and what clicking does. .ci/run installs both and sets
+HARNESS_REQUIRE_BROWSER, so there the test fails rather than skips when they are missing."""
+
+import os
+import shutil
+import urllib.parse
+
+import pytest
+
+from harness import report
+from tests.test_report import CK, CK_GPU, NEST, OLD, PARAM, REGION, TE, TE_GPU, matrix, write_session  # noqa: F401  (matrix: fixture)
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+MISSING = CHROMIUM is None or CHROMEDRIVER is None
+if MISSING and os.environ.get("HARNESS_REQUIRE_BROWSER"):
+    raise RuntimeError("HARNESS_REQUIRE_BROWSER is set but chromium or chromedriver is missing "
+                       "(apt-get install chromium chromium-driver)")
+pytestmark = pytest.mark.skipif(MISSING, reason="no chromium + chromedriver (apt-get install chromium chromium-driver)")
+
+
+@pytest.fixture
+def browser(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in [*FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    # the viewport itself 1400x900 (--window-size counts the window, not the page)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def page(matrix, tmp_path):  # noqa: F811
+    """The fixture matrix plus enough sessions and cases for the grid to be as wide as a real one."""
+    for minor in range(7, 16):  # complete sessions: every case the others have
+        write_session(matrix, f"cpu_torch2{minor}", f"2.{minor}.0", {
+            CK: "pass", TE: "pass", OLD: "pass", PARAM: "limitation", CK_GPU: "skip", TE_GPU: "skip",
+            REGION: {"outcome": "skip", "message": "missing: torch.compiler.region"},
+            NEST: {"outcome": "fail", "message": f"Tensor-likes are not close! Mismatched elements: {minor} / 16"}})
+    report.write(report.build([matrix]), tmp_path / "out")
+    return tmp_path / "out" / "report.html"
+
+
+def visible(driver, element) -> bool:
+    """Inside the viewport, whole: nothing to scroll to see it."""
+    return driver.execute_script(
+        "const r = arguments[0].getBoundingClientRect();"
+        "return r.width > 0 && r.left >= 0 && r.top >= 0 && r.right <= innerWidth && r.bottom <= innerHeight;", element)
+
+
+def state(driver) -> dict:
+    return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(driver.current_url).fragment))
+
+
+def test_first_screen_shows_the_failing_group_and_the_newest_column(browser, page, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(page.as_uri())
+    browser.save_screenshot(str(tmp_path / "first-screen.png"))  # for a person to look at
+    keep = os.environ.get("HARNESS_SCREENSHOT_DIR")
+    if keep:
+        shutil.copy(tmp_path / "first-screen.png", keep)
+    assert browser.execute_script("return [innerWidth, innerHeight]") == [1400, 900]
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= 1400  # no sideways scrolling
+    group = browser.find_element(By.ID, "group-1")
+    assert visible(browser, group), group.rect
+    assert "nox -s repro -- '" + NEST + "' --session cpu_torch215" in group.text
+    assert "nox -s bisect -- '" + NEST + "'" in group.text
+    newest = browser.find_element(By.CSS_SELECTOR, '#matrix-grid th.session[data-session="cpu_torch215"]')
+    assert "newest" in newest.get_attribute("class") and visible(browser, newest), newest.rect
+    # the header stays in place while the grid scrolls under it
+    browser.execute_script("window.scrollTo(0, document.getElementById('matrix-grid').offsetTop + 200)")
+    assert browser.execute_script("return document.querySelector('#matrix-grid thead th.session')"
+                                  ".getBoundingClientRect().top") == pytest.approx(0, abs=2)
+
+
+def test_filters_and_the_selected_cell_live_in_the_url(browser, page):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(page.as_uri())
+    rows = lambda: [r.get_attribute("title") for r in browser.find_elements(By.CSS_SELECTOR, "#matrix-grid td.name")]  # noqa: E731
+    everything = rows()
+    Select(browser.find_element(By.ID, "f-outcome")).select_by_value("crash")
+    assert rows() == [CK_GPU] and state(browser) == {"outcome": "crash"}
+    cell = browser.find_element(By.CSS_SELECTOR, '#matrix-grid a[data-session="cuda12_torch26"]')
+    cell.click()
+    assert state(browser) == {"outcome": "crash", "cell": f"{CK_GPU}@cuda12_torch26"}
+    details = browser.find_element(By.ID, "details")
+    assert details.is_displayed() and "worker died" in details.text and "nox -s repro" in details.text
+    grid = browser.find_element(By.ID, "matrix-grid")
+    assert details.rect["x"] >= grid.rect["x"] + grid.rect["width"], (details.rect, grid.rect)  # beside, not over
+    # the URL opens the page as it was left: the filter set, the cell selected, its record shown
+    link = browser.current_url
+    browser.get("about:blank")
+    browser.get(link)
+    assert Select(browser.find_element(By.ID, "f-outcome")).first_selected_option.get_attribute("value") == "crash"
+    assert rows() == [CK_GPU]
+    selected = browser.find_elements(By.CSS_SELECTOR, "#matrix-grid td.selected a")
+    assert [(a.get_attribute("data-case"), a.get_attribute("data-session")) for a in selected] == [
+        (CK_GPU, "cuda12_torch26")]
+    assert browser.find_element(By.ID, "details").is_displayed()
+    browser.find_element(By.CSS_SELECTOR, "#details .close").click()
+    assert not browser.find_element(By.ID, "details").is_displayed() and state(browser) == {"outcome": "crash"}
+    Select(browser.find_element(By.ID, "f-outcome")).select_by_value("")
+    assert rows() == everything
+
+
+def test_a_case_link_in_a_failing_group_opens_its_cell(browser, page):
+    from selenium.webdriver.common.by import By
+
+    browser.get(page.as_uri())
+    browser.find_element(By.CSS_SELECTOR, "#group-1 details summary").click()
+    browser.find_element(By.CSS_SELECTOR, f'#group-1 a[data-case="{NEST}"]').click()
+    assert state(browser)["cell"] == f"{NEST}@cpu_torch215"
+    selected = browser.find_element(By.CSS_SELECTOR, "#matrix-grid td.selected a")
+    assert selected.get_attribute("data-case") == NEST and visible(browser, selected)
+    assert "Tensor-likes are not close!" in browser.find_element(By.ID, "details").text
+    # a folded section opens when the navigation links to it
+    browser.find_element(By.CSS_SELECTOR, 'nav a[href="#known"]').click()
+    assert browser.find_element(By.CSS_SELECTOR, "#known > details").get_attribute("open") is not None
