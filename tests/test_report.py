@@ -39,9 +39,7 @@ def case_record(case, outcome, message=None, upstream=None, **extra):
             "params": {"device": device, "backend": backend, "fullgraph": fullgraph == "fullgraph", "variant": variant},
             "outcome": outcome, "exc_type": "AssertionError" if outcome == "fail" else None,
             "message": message if message is not None else f"{outcome} on purpose",
-            "reference": upstream[0] if upstream and outcome in ("known", "limitation", "fixed") else None,
-            "declared": [{"kind": "limitation" if ref == DOC_REF else "known", "ref": ref} for ref in upstream],
-            "metrics": {"graphs": 1, "graph_breaks": 0}, "duration": 0.1,
+            "upstream": upstream, "metrics": {"graphs": 1, "graph_breaks": 0}, "duration": 0.1,
             "nodeid": f"cases/test_{family}.py::test_{variant}[{params}", **extra}
 
 
