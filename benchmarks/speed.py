@@ -176,6 +176,10 @@ def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str) 
     shutil.copytree(results, warm, ignore=shutil.ignore_patterns("previous", "repro"))
     print("  matrix warm, nothing changed:", flush=True)
     figures["warm"] = run_all(ROOT, warm)
+    figures["same_outcomes"] = {name: _outcomes(results / f"{name}.jsonl") == _outcomes(warm / f"{name}.jsonl")
+                                for name in names}
+    if changed_family == "none":
+        return figures
     project = work / "project"
     for folder in ("cases", "harness"):
         shutil.copytree(ROOT / folder, project / folder, ignore=shutil.ignore_patterns("__pycache__"))
@@ -190,8 +194,6 @@ def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str) 
     figures["changed_family"] = changed_family
     figures["reran"] = {name: sorted({r["family"] for r in records.read(changed / f"{name}.jsonl")
                                       if r["kind"] == "case" and not r.get("reused_from")}) for name in names}
-    figures["same_outcomes"] = {name: _outcomes(results / f"{name}.jsonl") == _outcomes(warm / f"{name}.jsonl")
-                                for name in names}
     return figures
 
 
@@ -215,7 +217,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternations of the overhead runs")
     parser.add_argument("--skip-cold-pip", action="store_true", help="pip's cold install downloads GBs again")
     parser.add_argument("--results", default=None, help="matrix: where the cold run's results go (default: a temp dir)")
-    parser.add_argument("--changed-family", default="autocast", help="matrix: the family whose file is changed")
+    parser.add_argument("--changed-family", default="autocast",
+                        help="matrix: the family whose file is changed (`none`: no such run)")
     args = parser.parse_args()
     spec = matrix.find(args.session)
     parts = set(args.parts.split(","))
@@ -256,8 +259,10 @@ def main() -> None:
             results = pathlib.Path(args.results).resolve() if args.results else work / "matrix-results"
             runs = figures["matrix"] = matrix_runs(work, results, args.changed_family)
             for kind in ("cold", "warm", "changed"):
-                print(f"  matrix {kind:8s} {sum(runs[kind].values()):8.1f} s in all")
-            print(f"  after the change, sessions re-ran: {sorted(set(map(tuple, runs['reran'].values())))}")
+                if kind in runs:
+                    print(f"  matrix {kind:8s} {sum(runs[kind].values()):8.1f} s in all")
+            if "reran" in runs:
+                print(f"  after the change, sessions re-ran: {sorted(set(map(tuple, runs['reran'].values())))}")
             print(f"  warm outcomes equal cold outcomes in every session: {all(runs['same_outcomes'].values())}")
             families: dict[str, float] = {}
             for per_session in runs["families"].values():
