@@ -13,8 +13,8 @@ from harness.outcomes import OUTCOMES
 
 
 def testcase(record: dict) -> ElementTree.Element:
-    family, _, name = record["case"].partition("/")
-    case = ElementTree.Element("testcase", classname=family, name=name or family,
+    family = record["family"]
+    case = ElementTree.Element("testcase", classname=family, name=record["case"].removeprefix(f"{family}/"),
                                time=f"{record.get('duration') or 0:.3f}")
     properties = ElementTree.SubElement(case, "properties")
     values = {"outcome": record["outcome"], "reference": record.get("reference") or "",
