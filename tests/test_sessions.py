@@ -74,6 +74,12 @@ def test_the_registry_build_when_the_index_is_unreachable(monkeypatch):
     assert wheel["reason"].startswith("http://127.0.0.1:9/simple is not reachable")
 
 
+def test_the_registry_build_when_asked_for(monkeypatch):
+    monkeypatch.setenv(sessions.TORCH_BUILD_ENV, "registry")
+    assert sessions.torch_wheel(matrix.find(SESSION)) == {"build": "registry default", "index": None,
+                                                           "reason": "HARNESS_TORCH_BUILD=registry"}
+
+
 def test_cuda_and_nightly_sessions_take_what_their_row_says(monkeypatch):
     monkeypatch.setenv(sessions.CPU_INDEX_ENV, "http://127.0.0.1:9/simple")
     assert sessions.torch_wheel(matrix.find("cuda13_torch213")) == {"build": "registry default", "index": None}
