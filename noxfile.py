@@ -130,6 +130,10 @@ for _spec in SESSIONS:
 @nox.session(python=DEFAULT_SESSION.python, download_python="never", default=False)
 def tests(session: nox.Session) -> None:
     """Run the harness's own test suite (real torch, real compile, real nox)."""
+    wheel = sessions.torch_wheel(DEFAULT_SESSION)  # the main job's torch build, chosen as its session chooses
+    session.log(f"torch: the {wheel['build']} build" + (f" ({wheel['reason']})" if wheel.get("reason") else ""))
+    if wheel["build"] == sessions.CPU_BUILD:
+        session.install("--index-url", wheel["index"], "--no-deps", DEFAULT_SESSION.requirements[0])
     session.install(*DEFAULT_SESSION.requirements, "-e", ".[dev]")  # the main job's pins, the tools bounded
     session.run("python", "-m", "pytest", "tests/", *session.posargs)
 
