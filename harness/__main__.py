@@ -177,7 +177,10 @@ def main(argv=None) -> int:
 def one_line(error: Exception) -> str:
     """A message of several lines (a list of close case ids) joined into one."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] + (": " + ", ".join(lines[1:]) if lines[1:] else "") if lines else type(error).__name__
+    if not lines:
+        return type(error).__name__
+    head = lines[0].rstrip(":")
+    return head + (": " + ", ".join(lines[1:]) if lines[1:] else "")
 
 
 if __name__ == "__main__":
