@@ -12,6 +12,7 @@ memory a crash saying so.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 import re
@@ -127,7 +128,7 @@ def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEO
     env["PYTHONFAULTHANDLER"] = "1"  # a crash in native code prints where it happened
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="harness-script-") as cwd:
-        process = subprocess.Popen([str(python), str(script)], cwd=cwd, env=env, stdout=subprocess.PIPE,
+        process = subprocess.Popen([os.path.abspath(python), str(script)], cwd=cwd, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True,
                                    preexec_fn=_limit_memory(memory_limit_bytes(memory_limit)))
         try:
@@ -144,3 +145,115 @@ def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEO
                 pass
             process.wait()
     return classify(code, output or "", time.monotonic() - started, timeout)
+
+
+# --- many short runs: forked from a process that has imported torch once ------------------------------
+
+# Runs in the session's venv. Imports torch and compiles once, then forks a child per request: the
+# child runs the script as __main__ with its output in a file, the server answers with its exit
+# status. Threads of inductor's compile pool do not survive a fork: one compile thread.
+SERVER = r'''
+import json, os, resource, runpy, sys, time, traceback
+import torch
+try:
+    torch.compile(lambda x: torch.sin(x) + 1, backend="inductor")(torch.ones(8))
+except Exception:
+    pass
+torch._dynamo.reset()
+channel = os.fdopen(os.dup(1), "w")
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+channel.write('{"ready": true}\n'); channel.flush()
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setsid()
+            out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(out, 1); os.dup2(out, 2)
+            os.chdir(request["cwd"])
+            if request["memory"]:
+                hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+                resource.setrlimit(resource.RLIMIT_DATA, (request["memory"], hard))
+            sys.argv = [request["script"]]
+            torch.manual_seed(0)
+            try:
+                runpy.run_path(request["script"], run_name="__main__")
+                code = 0
+            except SystemExit as exit:
+                code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+                if not isinstance(exit.code, (int, type(None))):
+                    print(exit.code, file=sys.stderr)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+        finally:
+            sys.stdout.flush(); sys.stderr.flush()
+            os._exit(code)
+    deadline, status = time.monotonic() + request["timeout"], None
+    while True:
+        done, raw = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
+            break
+        if time.monotonic() > deadline:
+            os.killpg(pid, 9); os.waitpid(pid, 0)
+            break
+        time.sleep(0.02)
+    try:
+        os.killpg(pid, 9)
+    except OSError:
+        pass
+    channel.write(json.dumps({"code": status}) + "\n"); channel.flush()
+'''
+
+
+class WarmRunner:
+    """Runs scripts in `python` forked from one warm process (harness.scriptrun.SERVER): a run
+    costs the script's own work, not torch's import. What it reports is what `run` would, but a
+    forked process is not a fresh one: a result that matters is checked again with `run`."""
+
+    def __init__(self, python: os.PathLike, cache_dir: os.PathLike | None = None, memory_limit: str | None = None,
+                 start_timeout: float = 600.0):
+        self.python, self.cache_dir = python, cache_dir
+        self.memory = memory_limit_bytes(memory_limit)
+        self.workdir = tempfile.TemporaryDirectory(prefix="harness-warm-")
+        env = repro.clean_env(**(sessions.compile_cache_env(cache_dir) if cache_dir else {}),
+                              TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONFAULTHANDLER="1")
+        env.pop("PYTHONPATH", None)
+        self.process = subprocess.Popen([os.path.abspath(python), "-c", SERVER], cwd=self.workdir.name, env=env, text=True,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        if not self.process.stdout.readline().strip():
+            self.close()
+            raise sessions.SessionError(f"{python} could not import torch to run scripts")
+
+    def run(self, script: os.PathLike, timeout: float = DEFAULT_TIMEOUT) -> ScriptRun:
+        output = pathlib.Path(self.workdir.name) / "output.txt"
+        request = {"script": str(pathlib.Path(script).resolve()), "output": str(output), "timeout": timeout,
+                   "cwd": self.workdir.name, "memory": self.memory}
+        started = time.monotonic()
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            reply = json.loads(self.process.stdout.readline())
+        except (OSError, ValueError) as exc:
+            raise sessions.SessionError(f"the warm runner of {self.python} died: {exc}") from exc
+        text = output.read_text(errors="replace") if output.exists() else ""
+        return classify(reply["code"], text, time.monotonic() - started, timeout)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.workdir.cleanup()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
