@@ -140,6 +140,19 @@ def parser() -> argparse.ArgumentParser:
                      "a size (8G); 0 for none (default $HARNESS_MEMORY_LIMIT or 75%%, as sessions)")
     swp.add_argument("--out", metavar="PATH", help="the version table, Markdown (default results/sweep/SCRIPT.md)")
     swp.set_defaults(func=sweep)
+    red = commands.add_parser("reduce", help="the smallest plain-torch script that still shows a case's bug")
+    red.add_argument("case", metavar="CASE_ID", nargs="?")
+    red.add_argument("--script", metavar="SCRIPT", help="reduce this script instead of a case's export")
+    red.add_argument("--session", required=True, help="the session (torch row) where it fails")
+    red.add_argument("--passing", metavar="SESSION", help="a session where it must pass (default: for a case, a row "
+                     "where the matrix records a pass or fixed, a built one first, else the nearest)")
+    red.add_argument("--out", metavar="PATH", help="the reduced script (default results/reduce/reduced_<case>.py)")
+    red.add_argument("--time-limit", type=float, default=600.0, help="seconds of reduction; then the smallest so far "
+                     "(default 600)")
+    red.add_argument("--timeout", type=float, default=600.0, help="seconds for a fresh run of a script (default 600)")
+    red.add_argument("--no-build", action="store_true", help="use only environments that exist")
+    red.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
+    red.set_defaults(func=reduce)
     return main
 
 
