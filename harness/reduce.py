@@ -270,6 +270,12 @@ def command(args) -> int:
         print(f"{passing}: {again.outcome} ({again.exit}) {again.message[:160]}".rstrip())
     print(f"wrote {out}", file=sys.stderr)
     print(text)
+    if args.case and holds:  # the issue: the reduced script, the whole export folded below it
+        result = {"returncode": verdict.code, "output": verdict.output, "outcome": record["outcome"]}
+        rows = repro.across_versions(args.case, [records.results_dir(sessions.ROOT / "results")])
+        issue = repro.issue_markdown(info, text, out, result, repro.collect_env(python), rows, full=full)
+        out.with_suffix(".md").write_text(issue)
+        print(f"wrote {out.with_suffix('.md')}", file=sys.stderr)
     if not holds:
         print("error: run afresh, the reduced script does not show the bug as the candidates did", file=sys.stderr)
         return 1
