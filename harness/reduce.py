@@ -149,16 +149,33 @@ class Interestingness:
         self.folder.cleanup()
 
 
+def tidy(source: str) -> str:
+    """`source` less the bare constants (`0`) the reducer leaves where it emptied a statement."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if isinstance(body, list) and body and all(isinstance(s, ast.stmt) for s in body):
+                kept = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                setattr(node, field, kept or ([] if field != "body" else [ast.Pass()]))
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
 def minimize(source: str, test: Interestingness) -> tuple[str, bool]:
-    """(the smallest interesting source found, whether the reducer finished before the deadline)."""
+    """(the smallest interesting source found, whether the reducer finished before the deadline),
+    tidied where the tidy version is interesting too."""
     import pysource_minimize
 
     test.best = source
     try:
-        result = pysource_minimize.minimize(source, test)
+        result, finished = pysource_minimize.minimize(source, test), True
     except TimeUp:
-        return test.best, False
-    return (result if test(result) else test.best), True
+        result, finished = test.best, False
+    if not test.cache.get(hashlib.sha256(result.encode()).hexdigest()):
+        result = test.best
+    tidied = tidy(result)
+    test.deadline = max(test.deadline, time.monotonic() + 120)  # one more check, past the limit if need be
+    return (tidied if tidied == result or test(tidied) else result), finished
 
 
 # --- the command --------------------------------------------------------------------------------------------
