@@ -101,6 +101,20 @@ def strip_plumbing(source: str) -> str:
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
+def imported_modules(source: str) -> list[str]:
+    """The modules `source` imports, and those its `need("module.name")` calls import."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+        elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "need" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.add(node.args[0].value.rpartition(".")[0])
+    return sorted(found - {""})
+
+
 def line_count(source: str) -> int:
     return len([line for line in source.splitlines() if line.strip()])
 
@@ -247,8 +261,10 @@ def command(args) -> int:
     print(f"starting the warm runners of {args.session}" + (f" and {passing}" if passing else ""), file=sys.stderr,
           flush=True)
     started = time.monotonic()
-    with scriptrun.WarmRunner(python, python.parent.parent) as failing_runner:
-        passing_runner = scriptrun.WarmRunner(passing_python, passing_python.parent.parent) if passing_python else None
+    preload = imported_modules(start)  # each candidate then pays its own work only
+    with scriptrun.WarmRunner(python, python.parent.parent, preload=preload) as failing_runner:
+        passing_runner = scriptrun.WarmRunner(passing_python, passing_python.parent.parent, preload=preload) \
+            if passing_python else None
         try:
             first = failing_runner.run(_write(start), timeout=args.timeout)
             if signature is None:  # --script: the script's own failure is what it must keep showing

@@ -160,6 +160,11 @@ try:
 except Exception:
     pass
 torch._dynamo.reset()
+for name in filter(None, os.environ.get("HARNESS_PRELOAD", "").split(",")):
+    try:
+        __import__(name)
+    except Exception:
+        pass
 channel = os.fdopen(os.dup(1), "w")
 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
 channel.write('{"ready": true}\n'); channel.flush()
@@ -215,12 +220,14 @@ class WarmRunner:
     forked process is not a fresh one: a result that matters is checked again with `run`."""
 
     def __init__(self, python: os.PathLike, cache_dir: os.PathLike | None = None, memory_limit: str | None = None,
-                 start_timeout: float = 600.0):
+                 preload=()):
+        """`preload`: modules the scripts import, imported once before the first fork."""
         self.python, self.cache_dir = python, cache_dir
         self.memory = memory_limit_bytes(memory_limit)
         self.workdir = tempfile.TemporaryDirectory(prefix="harness-warm-")
         env = repro.clean_env(**(sessions.compile_cache_env(cache_dir) if cache_dir else {}),
-                              TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONFAULTHANDLER="1")
+                              TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONFAULTHANDLER="1",
+                              HARNESS_PRELOAD=",".join(preload))
         env.pop("PYTHONPATH", None)
         self.process = subprocess.Popen([os.path.abspath(python), "-c", SERVER], cwd=self.workdir.name, env=env, text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)

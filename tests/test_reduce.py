@@ -137,3 +137,8 @@ def test_a_real_reduction_in_the_session_venv(tmp_path):
 
 def test_tidy_drops_the_constants_the_reducer_leaves():
     assert reduce.tidy("import torch\n0\ndef f():\n    0\nf()\n") == "import torch\n\ndef f():\n    pass\nf()\n"
+
+
+def test_the_warm_runners_preload_what_the_script_imports():
+    source = "import torch, math\nfrom torch.utils.checkpoint import checkpoint\nfrom . import x\nneed('lightning.fabric.X')\n"
+    assert reduce.imported_modules(source) == ["lightning.fabric", "math", "torch", "torch.utils.checkpoint"]

@@ -42,11 +42,15 @@ def test_a_fresh_run_is_classified_by_how_it_ended(scripts, name):
 
 
 def test_a_warm_run_is_classified_as_a_fresh_one(scripts):
-    with scriptrun.WarmRunner(sys.executable, memory_limit="4G") as warm:
+    preloaded = scripts / "preloaded.py"
+    preloaded.write_text("import sys\nassert 'colorsys' in sys.modules, 'not preloaded'\n")
+    with scriptrun.WarmRunner(sys.executable, memory_limit="4G", preload=["colorsys"]) as warm:
         for name, (_, outcome, exit, message) in SCRIPTS.items():
             run = warm.run(scripts / f"{name}.py", timeout=3)
             assert (run.outcome, run.exit) == (outcome, exit), (name, run.output)
             assert message in run.message, name
+        assert warm.run(preloaded).outcome == "pass"
+    assert scriptrun.run(sys.executable, preloaded).message == "AssertionError: not preloaded"
 
 
 def test_the_last_exception_is_the_one_that_ended_the_script():
