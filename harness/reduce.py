@@ -7,7 +7,7 @@ candidate only where the interestingness test holds:
 
 - on the failing session (the one given), the candidate fails (not a crash or a timeout) with the
   exception type the matrix records and the message pattern (the declared `match` of a known bug or
-  limitation, else the start of the recorded message, which keeps a semantic case's figure);
+  limitation, else the recorded message's first line, which keeps a semantic case's figure);
 - on a session where the matrix records a pass (or fixed) for the case, the nearest one, the
   candidate passes. This rejects a reduction to `raise AssertionError(...)`.
 
@@ -32,7 +32,7 @@ import time
 from harness import preflight, records, repro, scriptrun, sessions
 
 PLUMBING_NAMES = {"EXPECTED", "declared"}
-PATTERN_CHARACTERS = 60
+PATTERN_CHARACTERS = 400
 
 
 class TimeUp(Exception):
@@ -55,12 +55,9 @@ class Signature:
 
 
 def message_pattern(message: str) -> str:
-    """A pattern for a recorded message: its first line's start, cut at a word's end, literal
-    except memory addresses."""
-    first = (message.strip().splitlines() or [""])[0]
-    if len(first) > PATTERN_CHARACTERS:
-        cut = first[:PATTERN_CHARACTERS]
-        first = cut[:max(cut.rfind(" "), 20)] if " " in cut[20:] else cut
+    """A pattern for a recorded message: its whole first line (a semantic case's figure, both
+    sides of the comparison), up to PATTERN_CHARACTERS, literal except memory addresses."""
+    first = (message.strip().splitlines() or [""])[0][:PATTERN_CHARACTERS]
     return re.sub(r"0x[0-9a-f]+", "0x[0-9a-f]+", re.escape(first))
 
 
