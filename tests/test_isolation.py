@@ -234,6 +234,7 @@ import pytest
 import torch
 
 FLAGS = []
+LIBRARIES = []  # kept alive: a Library that is collected unregisters its ops
 
 
 def test_leaks_anomaly_mode(case):
@@ -269,7 +270,8 @@ def test_sees_the_real_sin(case):
 
 
 def test_registers_a_library_op(case):
-    torch.library.Library("planted", "DEF").define("twice(Tensor x) -> Tensor")
+    LIBRARIES.append(torch.library.Library("planted", "DEF"))
+    LIBRARIES[-1].define("twice(Tensor x) -> Tensor")
 
 
 def test_registers_the_same_op(case):
