@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from packaging.version import Version  # noqa: E402
 
 from harness import records  # noqa: E402
-from harness.reuse import OFFLINE_MODULES  # noqa: E402
+from harness.reuse import session_modules  # noqa: E402
 
 
 def changed_paths(base: str) -> list[str]:
@@ -37,9 +37,9 @@ def changed_paths(base: str) -> list[str]:
 def case_files(paths: list[str]) -> list[str]:
     """The case files a change to `paths` asks to run."""
     every = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "cases").glob("test_*.py"))
+    in_sessions = {p.relative_to(ROOT).as_posix() for p in session_modules()}  # what the reuse key holds
     for path in paths:
-        in_session = path.startswith("harness/") and path.endswith(".py") and pathlib.PurePath(path).name not in OFFLINE_MODULES
-        if in_session or path in ("cases/conftest.py", "harness/matrix.toml"):
+        if path in in_sessions or path in ("cases/conftest.py", "harness/matrix.toml"):
             return every
     return [path for path in every if path in paths]
 
