@@ -130,6 +130,10 @@ for _spec in SESSIONS:
 @nox.session(python=DEFAULT_SESSION.python, download_python="never", default=False)
 def tests(session: nox.Session) -> None:
     """Run the harness's own test suite (real torch, real compile, real nox)."""
+    wheel = sessions.torch_wheel(DEFAULT_SESSION)  # the main job's torch build, chosen as its session chooses
+    session.log(f"torch: the {wheel['build']} build" + (f" ({wheel['reason']})" if wheel.get("reason") else ""))
+    if wheel["build"] == sessions.CPU_BUILD:
+        session.install("--index-url", wheel["index"], "--no-deps", DEFAULT_SESSION.requirements[0])
     session.install(*DEFAULT_SESSION.requirements, "-e", ".[dev]")  # the main job's pins, the tools bounded
     session.run("python", "-m", "pytest", "tests/", *session.posargs)
 
@@ -150,3 +154,15 @@ def repro(session: nox.Session) -> None:
 def bisect(session: nox.Session) -> None:
     """Run one case across the matrix's torch versions and name where its outcome changes (args: CASE_ID [--from 2.1] [--to 2.15] [--no-build])."""
     session.run(sys.executable, "-m", "harness", "bisect", *session.posargs)
+
+
+@nox.session(venv_backend="none", default=False)
+def sweep(session: nox.Session) -> None:
+    """Run a script in the venv of every torch row in a range and print the version table (args: SCRIPT [--from 2.12] [--to 2.15] [--no-build])."""
+    session.run(sys.executable, "-m", "harness", "sweep", *session.posargs)
+
+
+@nox.session(venv_backend="none", default=False)
+def reduce(session: nox.Session) -> None:
+    """Reduce a case's export (or a script) to the smallest plain-torch script that still shows its bug (args: CASE_ID --session S [--time-limit 600] | --script SCRIPT --session S)."""
+    session.run(sys.executable, "-m", "harness", "reduce", *session.posargs)

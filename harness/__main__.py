@@ -80,18 +80,43 @@ def check_case_name(case: str) -> None:
 
 
 def repro(args) -> int:
+    from harness import preflight
     from harness import repro as reproduction
 
-    if args.case and not args.all:
+    if args.case and not args.all:  # bad input costs no download: the source, then results and venvs at hand
         check_case_name(args.case)
+        if not args.python:
+            preflight.check_session(args.session)
+            preflight.check_case(args.case, args.envdir, args.session, [preflight.default_results(), *args.results])
     return reproduction.command(args)
 
 
 def bisect(args) -> int:
     from harness import bisect as bisection
+    from harness import preflight
 
-    check_case_name(args.case)
+    if bool(args.case) == bool(args.script):
+        raise ValueError("bisect takes a CASE_ID or --script SCRIPT (one of them)")
+    if args.script:
+        args.script = preflight.check_script(args.script)
+    bisection.plan(args.first, args.last, args.device, args.env, args.envdir)  # an empty range, before the case
+    if args.case:
+        check_case_name(args.case)
+    if args.case and not args.env:
+        preflight.check_case(args.case, args.envdir)
     return bisection.command(args)
+
+
+def sweep(args) -> int:
+    from harness import sweep as sweeping
+
+    return sweeping.command(args)
+
+
+def reduce(args) -> int:
+    from harness import reduce as reduction
+
+    return reduction.command(args)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -129,7 +154,10 @@ def parser() -> argparse.ArgumentParser:
                      "compared with the session's results file; exit 1 on a mismatch or a script over 120 lines")
     rpr.set_defaults(func=repro)
     bis = commands.add_parser("bisect", help="find the torch version where a case's outcome changes")
-    bis.add_argument("case", metavar="CASE_ID")
+    bis.add_argument("case", metavar="CASE_ID", nargs="?")
+    bis.add_argument("--script", metavar="SCRIPT", help="bisect a plain script instead of a case (classified as "
+                     "sweep classifies it: exit 0 pass, 125 skip, anything else fail)")
+    bis.add_argument("--timeout", type=float, default=600.0, help="with --script: seconds per run (default 600)")
     bis.add_argument("--from", dest="first", metavar="VERSION", help="oldest torch, e.g. 2.1 (default: the oldest row)")
     bis.add_argument("--to", dest="last", metavar="VERSION", help="newest torch, e.g. 2.15 (default: the newest row)")
     bis.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which sessions of each row (default cpu)")
@@ -139,6 +167,31 @@ def parser() -> argparse.ArgumentParser:
     bis.add_argument("--env", action="append", default=[], metavar="VERSION=PYTHON",
                      help="bisect over these interpreters instead of the matrix's venvs (repeatable)")
     bis.set_defaults(func=bisect)
+    swp = commands.add_parser("sweep", help="run a script in the environment of every torch row in a range")
+    swp.add_argument("script", metavar="SCRIPT")
+    swp.add_argument("--from", dest="first", metavar="VERSION", help="oldest torch, e.g. 2.12 (default: the oldest row)")
+    swp.add_argument("--to", dest="last", metavar="VERSION", help="newest torch, e.g. 2.15 (default: the newest row)")
+    swp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which sessions of each row (default cpu)")
+    swp.add_argument("--no-build", action="store_true", help="run only in the environments that exist")
+    swp.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
+    swp.add_argument("--timeout", type=float, default=600.0, help="seconds per run (default 600): then `timeout`")
+    swp.add_argument("--memory-limit", metavar="SIZE", help="data memory of the script: N%% of this machine's or "
+                     "a size (8G); 0 for none (default $HARNESS_MEMORY_LIMIT or 75%%, as sessions)")
+    swp.add_argument("--out", metavar="PATH", help="the version table, Markdown (default results/sweep/SCRIPT.md)")
+    swp.set_defaults(func=sweep)
+    red = commands.add_parser("reduce", help="the smallest plain-torch script that still shows a case's bug")
+    red.add_argument("case", metavar="CASE_ID", nargs="?")
+    red.add_argument("--script", metavar="SCRIPT", help="reduce this script instead of a case's export")
+    red.add_argument("--session", required=True, help="the session (torch row) where it fails")
+    red.add_argument("--passing", metavar="SESSION", help="a session where it must pass (default: for a case, a row "
+                     "where the matrix records a pass or fixed, a built one first, else the nearest)")
+    red.add_argument("--out", metavar="PATH", help="the reduced script (default results/reduce/reduced_<case>.py)")
+    red.add_argument("--time-limit", type=float, default=600.0, help="seconds of reduction; then the smallest so far "
+                     "(default 600)")
+    red.add_argument("--timeout", type=float, default=600.0, help="seconds for a fresh run of a script (default 600)")
+    red.add_argument("--no-build", action="store_true", help="use only environments that exist")
+    red.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
+    red.set_defaults(func=reduce)
     return main
 
 
@@ -177,7 +230,10 @@ def main(argv=None) -> int:
 def one_line(error: Exception) -> str:
     """A message of several lines (a list of close case ids) joined into one."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] + (": " + ", ".join(lines[1:]) if lines[1:] else "") if lines else type(error).__name__
+    if not lines:
+        return type(error).__name__
+    head = lines[0].rstrip(":")
+    return head + (": " + ", ".join(lines[1:]) if lines[1:] else "")
 
 
 if __name__ == "__main__":

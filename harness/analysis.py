@@ -303,7 +303,7 @@ def grid(sessions: list[SessionResult]) -> tuple[list[str], list[dict]]:
             held = stable_since(history) if history else None
             if held is not None and held not in (history[0][0], history[-1][0]):
                 since[line] = held.torch  # only where the newest outcome held since a change
-        rows.append({"case": case, "family": first[case].get("family") or case.split("/", 1)[0],
+        rows.append({"case": case, "family": first[case]["family"],
                      "params": first[case].get("params") or {}, "folded": folded,
                      "all_skip": not folded and all(c["outcome"] == "skip" for c in cells.values()
                                                     if c["outcome"] != NOT_RUN), "cells": cells, "since": since})

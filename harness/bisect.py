@@ -9,6 +9,8 @@ when the bisection needs that row (a built one near the middle is taken instead 
 the only way to see more than one change.
 
 `--env VERSION=PYTHON` (repeatable) bisects over given interpreters instead of the matrix's rows.
+`--script SCRIPT` bisects a plain script instead of a case, classified as `sweep` classifies it
+(harness.scriptrun: exit 0 pass, 125 skip, anything else fail).
 Exit status: 0 when the case ran on at least one version, 1 when on none, 2 for an unknown case id
 (the closest are listed), session or version range.
 """
@@ -113,8 +115,9 @@ def run_case(target: Target, nodeid: str, case_id: str) -> Result:
 class Bisection:
     """Runs targets on demand, building a venv only when allowed and needed."""
 
-    def __init__(self, targets: list[Target], case_id: str, build: bool, envdir):
+    def __init__(self, targets: list[Target], case_id: str | None, build: bool, envdir, script=None, timeout=600.0):
         self.targets, self.case_id, self.build, self.envdir = targets, case_id, build, envdir
+        self.script, self.timeout = script, timeout  # --script: a plain script instead of a case
         self.results: dict[int, Result] = {}
         self.built: list[str] = []
         self.nodeid = None
@@ -127,9 +130,16 @@ class Bisection:
         if not target.built:
             target.python = sessions.ensure_venv(target.session, self.envdir)
             self.built.append(target.version)
-        if self.nodeid is None:  # the case's node id, from the first environment that runs
-            self.nodeid = repro.collect(target.python, [self.case_id])["cases"][self.case_id]["nodeid"]
-        result = self.results[index] = run_case(target, self.nodeid, self.case_id)
+        if self.script is not None:
+            from harness import sweep
+
+            run = sweep.run_target(target, self.script, self.timeout, None)
+            result = self.results[index] = Result(target, run.outcome, f"{run.exit}: {run.message}" if run.message
+                                                  else run.exit)
+        else:
+            if self.nodeid is None:  # the case's node id, from the first environment that runs
+                self.nodeid = repro.collect(target.python, [self.case_id])["cases"][self.case_id]["nodeid"]
+            result = self.results[index] = run_case(target, self.nodeid, self.case_id)
         print(f"torch {target.version:<8} {target.session:<16} {result.outcome:<10} {result.message[:140]}".rstrip(),
               flush=True)
         return result
@@ -167,8 +177,10 @@ class Bisection:
 
 def command(args) -> int:
     targets = plan(args.first, args.last, args.device, args.env, args.envdir)
-    bisection = Bisection(targets, args.case, build=not args.no_build, envdir=args.envdir)
-    print(f"bisect {args.case}: torch {targets[0].version} to {targets[-1].version}, {len(targets)} version(s)",
+    script = getattr(args, "script", None)
+    bisection = Bisection(targets, args.case, build=not args.no_build, envdir=args.envdir, script=script,
+                          timeout=getattr(args, "timeout", 600.0))
+    print(f"bisect {script.name if script else args.case}: torch {targets[0].version} to {targets[-1].version}, {len(targets)} version(s)",
           flush=True)
     bisection.search(every=args.all)
     ran = [bisection.results[i] for i in sorted(bisection.results)]
@@ -184,7 +196,7 @@ def command(args) -> int:
     print(f"ran {len(ran)} of {len(targets)} versions; built {len(bisection.built)} environment(s)"
           + (f": {', '.join(bisection.built)}" if bisection.built else ""))
     if not ran:
-        print("error: the case ran on no version (no environment built; drop --no-build to build them)",
+        print(f"error: the {'script' if script else 'case'} ran on no version (no environment built; drop --no-build to build them)",
               file=sys.stderr)
         return 1
     return 0

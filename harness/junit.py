@@ -14,8 +14,8 @@ from harness.outcomes import OUTCOMES
 
 
 def testcase(record: dict) -> ElementTree.Element:
-    family, _, name = record["case"].partition("/")
-    case = ElementTree.Element("testcase", classname=family, name=name or family,
+    family = record["family"]
+    case = ElementTree.Element("testcase", classname=family, name=record["case"].removeprefix(f"{family}/"),
                                time=f"{record.get('duration') or 0:.3f}")
     location = record.get("location") or {}  # older records (and carried ones made before) have none
     if location.get("file"):

@@ -48,7 +48,7 @@ class UnknownCase(ReproError):
     def __init__(self, case_id: str, ids: list[str]):
         close = difflib.get_close_matches(case_id, ids, n=5, cutoff=0.6)
         close += [c for c in difflib.get_close_matches(case_id, ids, n=5, cutoff=0.0) if c not in close]
-        super().__init__("\n".join([f"unknown case {case_id!r}", "closest case ids:", *[f"  {c}" for c in close[:5]]]))
+        super().__init__(f"unknown case {case_id!r}; closest case ids:\n" + "\n".join(f"  {c}" for c in close[:5]))
 
 
 # --- collecting (this module as a pytest plugin, inside the session's venv) ---------------------

@@ -82,7 +82,8 @@ def _what_went_wrong(info: dict, result: dict) -> tuple[str, str]:
 
 
 def issue_markdown(info: dict, text: str, path: pathlib.Path, result: dict, environment: str,
-                   rows: list[dict]) -> str:
+                   rows: list[dict], full: str | None = None) -> str:
+    """The issue; `full`: the whole export, folded below `text` (a reduced script, harness/reduce.py)."""
     title, paragraph = _what_went_wrong(info, result)
     lines = [f"### {title}", "", paragraph, ""]
     if rows:
@@ -93,8 +94,11 @@ def issue_markdown(info: dict, text: str, path: pathlib.Path, result: dict, envi
                          for a, b in boundaries(rows)] + [""]
     needs = "torch and lightning" if "lightning" in text else "torch"
     status = "timed out" if result["returncode"] is None else f"exit status {result['returncode']}"
-    lines += [f"**Reproduction** (`python {path.name}`, needs only {needs}):", "", _fence(text, "python"), "",
-              f"**Output** (torch {info['torch']}, {status}):", "", _fence(_shorten(result["output"])), "",
+    lines += [f"**Reproduction** (`python {path.name}`, needs only {needs}):", "", _fence(text, "python"), ""]
+    if full:
+        lines += [f"<details><summary>The case as the matrix runs it ({full.count(chr(10))} lines)</summary>", "",
+                  _fence(full, "python"), "", "</details>", ""]
+    lines += [f"**Output** (torch {info['torch']}, {status}):", "", _fence(_shorten(result["output"])), "",
               "**Expected**: the compiled run gives the eager run's outputs, dtypes and gradients, and the "
               "feature does under torch.compile what it does eagerly (the script's asserts).", "",
               "<details><summary>collect_env</summary>", "", _fence(environment), "", "</details>", ""]

@@ -38,8 +38,7 @@ from harness.outcomes import OUTCOMES
 
 ROOT = sessions.ROOT
 # An `error` is the harness failing to run a case: run it again. A `flaky` record is carried with its
-# attempts: rerun alone, an order-dependent case would not meet the state it met in the session
-# (the weekly fresh run measures it again).
+# attempts, each of which ran in a process of its own (the weekly fresh run measures it again).
 NOT_CARRIED = {"error"}
 REUSE_FROM_ENV = "HARNESS_REUSE_FROM"  # a directory of results files to reuse from (default: the results dir)
 FRESH_ENV = "HARNESS_FRESH"

@@ -59,6 +59,9 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 CPU_INDEX_ENV = "HARNESS_CPU_INDEX"
 TORCH_WHEEL_FILE = "harness-torch-wheel.json"  # in the venv: which build it got, for the environment record
 CPU_BUILD, REGISTRY_BUILD = "cpu", "registry default"
+# `registry`: a CPU session takes the registry's build even where the CPU index has one (to compare
+# like with like against a table measured on that build).
+TORCH_BUILD_ENV = "HARNESS_TORCH_BUILD"
 
 
 def cpu_index() -> str:
@@ -87,6 +90,8 @@ def torch_wheel(spec: matrix.Session) -> dict:
     registry's default build; every other session takes what its row says."""
     if spec.device != "cpu" or spec.nightly or spec.index_url or not spec.torch:
         return {"build": spec.index or REGISTRY_BUILD, "index": spec.index_url}
+    if os.environ.get(TORCH_BUILD_ENV) == "registry":
+        return {"build": REGISTRY_BUILD, "index": None, "reason": f"{TORCH_BUILD_ENV}=registry"}
     why_not = _index_lists(cpu_index(), spec.torch, spec.python)
     if why_not:
         return {"build": REGISTRY_BUILD, "index": None, "reason": why_not}

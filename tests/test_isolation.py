@@ -19,21 +19,23 @@ SESSION = matrix.find("cpu_torch215")
 
 PLANTED_HEADER = "import ctypes, os, signal, threading\nimport pytest\nimport torch\n"
 
+# Long enough for a case's first inductor compile (gcc) on a slow or busy machine; a hang waits it out.
+TIME_LIMIT = 15
 # What a case does to have each fault, and what its record must say.
 FAULTS = {
     "segfault": ("ctypes.string_at(0)", "crash", "Fatal Python error: Segmentation fault at "),
     "abort": ("os.abort()", "crash", "Fatal Python error: Aborted at "),
     "exit": ("print('leaving', flush=True)\n    os._exit(3)", "crash", "worker exited with status 3; last output: leaving"),
     "sigkill": ("os.kill(os.getpid(), signal.SIGKILL)", "crash", "killed by SIGKILL"),
-    "python_loop": ("while True:\n        pass", "timeout", "ran past its time limit of 5 s at "),
+    "python_loop": ("while True:\n        pass", "timeout", f"ran past its time limit of {TIME_LIMIT} s at "),
     "deadlock": ("lock = threading.Lock()\n    lock.acquire()\n    lock.acquire()", "timeout",
-                 "ran past its time limit of 5 s at "),
+                 f"ran past its time limit of {TIME_LIMIT} s at "),
     "native_sleep": ("ctypes.PyDLL(None).sleep(3600)  # holds the GIL", "timeout",
-                     "ran past its time limit of 5 s at "),
+                     f"ran past its time limit of {TIME_LIMIT} s at "),
     "out_of_memory": ("chunks = []\n    while True:\n        chunks.append(torch.ones(2 ** 28))", "crash",
                       "out of memory: "),
 }
-LIMITS = ["--timeout=5", "--memory-limit=3G"]
+LIMITS = [f"--timeout={TIME_LIMIT}", "--memory-limit=3G"]
 
 
 def ok_case(name):
@@ -234,6 +236,7 @@ import pytest
 import torch
 
 FLAGS = []
+LIBRARIES = []  # kept alive: a Library that is collected unregisters its ops
 
 
 def test_leaks_anomaly_mode(case):
@@ -269,7 +272,8 @@ def test_sees_the_real_sin(case):
 
 
 def test_registers_a_library_op(case):
-    torch.library.Library("planted", "DEF").define("twice(Tensor x) -> Tensor")
+    LIBRARIES.append(torch.library.Library("planted", "DEF"))
+    LIBRARIES[-1].define("twice(Tensor x) -> Tensor")
 
 
 def test_registers_the_same_op(case):

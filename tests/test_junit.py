@@ -70,6 +70,6 @@ def test_each_session_writes_junit_beside_its_results(pytester, monkeypatch):
 
 
 def test_a_record_without_location_has_no_file_attribute():
-    record = {"kind": "case", "case": "family/old", "outcome": "pass", "duration": 0.1}
+    record = {"kind": "case", "case": "family/old", "family": "family", "outcome": "pass", "duration": 0.1}
     element = junit.testcase(record)
     assert element.get("file") is None and element.get("line") is None

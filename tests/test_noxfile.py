@@ -150,7 +150,11 @@ def test_session_end_to_end(tmp_path, name):
     assert env["torch"].split("+")[0] == spec.torch
     assert env["lightning"] == env["pytorch_lightning"] == spec.lightning
     assert env["python"].startswith(spec.python)
-    assert env["cuda"] and env["cuda"].split(".")[0] in ("12", "13")  # the registry's CUDA build
+    if env["torch_wheel"]["build"] == sessions.CPU_BUILD:  # PyTorch's CPU index was reachable
+        assert env["torch"] == f"{spec.torch}+cpu" and env["cuda"] is None
+    else:  # the registry's CUDA build, which runs on CPU
+        assert env["torch_wheel"]["build"] == sessions.REGISTRY_BUILD
+        assert env["cuda"] and env["cuda"].split(".")[0] in ("12", "13")
     assert f"torch=={spec.torch}" in {p.split("+")[0] for p in env["packages"]}
     assert env["collect_env"].startswith("PyTorch version:")
     assert cases and end["kind"] == "end"

@@ -100,5 +100,6 @@ def test_unknown_case_lists_the_closest_ids():
     done = harness("repro", "checkpoint/plain_checkpoint[cpu-eagr-fullgraph]", "--python", sys.executable,
                    "--no-run")
     assert done.returncode == 2
-    assert "unknown case 'checkpoint/plain_checkpoint[cpu-eagr-fullgraph]'" in done.stderr
-    assert "  checkpoint/plain_checkpoint[cpu-eager-fullgraph]" in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown case 'checkpoint/plain_checkpoint[cpu-eagr-fullgraph]'" in lines[0], done.stderr
+    assert "closest case ids: checkpoint/plain_checkpoint[cpu-eager-fullgraph]" in lines[0]

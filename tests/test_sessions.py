@@ -32,6 +32,11 @@ def local_cpu_wheel(spec: matrix.Session) -> pathlib.Path | None:
     return None
 
 
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # noqa: D401 - a request line per file is noise in the test's output
+        pass
+
+
 @contextlib.contextmanager
 def served_index(wheels: list[pathlib.Path], root: pathlib.Path):
     """A PEP 503 simple index of `wheels` on 127.0.0.1; yields its URL."""
@@ -42,8 +47,7 @@ def served_index(wheels: list[pathlib.Path], root: pathlib.Path):
         (project / wheel.name).symlink_to(wheel)
         links.append(f'<a href="{wheel.name.replace("+", "%2B")}">{wheel.name}</a>')
     (project / "index.html").write_text("<!DOCTYPE html><html><body>" + "".join(links) + "</body></html>")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *args: None
+    handler = functools.partial(QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -72,6 +76,12 @@ def test_the_registry_build_when_the_index_is_unreachable(monkeypatch):
     wheel = sessions.torch_wheel(matrix.find(SESSION))
     assert wheel["build"] == "registry default" and wheel["index"] is None
     assert wheel["reason"].startswith("http://127.0.0.1:9/simple is not reachable")
+
+
+def test_the_registry_build_when_asked_for(monkeypatch):
+    monkeypatch.setenv(sessions.TORCH_BUILD_ENV, "registry")
+    assert sessions.torch_wheel(matrix.find(SESSION)) == {"build": "registry default", "index": None,
+                                                           "reason": "HARNESS_TORCH_BUILD=registry"}
 
 
 def test_cuda_and_nightly_sessions_take_what_their_row_says(monkeypatch):

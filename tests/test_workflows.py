@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from harness import records
 from tests.conftest import ROOT
@@ -54,7 +55,7 @@ def workflow_texts():
 # --- actionlint ---
 
 @needs_actionlint
-@pytest.mark.parametrize("name", ["ci.yml", "nightly.yml"])
+@pytest.mark.parametrize("name", ["ci.yml", "cuda-collect.yml", "nightly.yml"])
 def test_actionlint_passes(name):
     result = actionlint(WORKFLOWS / name)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -242,23 +243,218 @@ def test_aggregate_passes_expected_sessions_to_the_report(tmp_path):
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
-FAKE_GH = """#!/usr/bin/env bash
-# gh run list ... --jq '.[].databaseId'  /  gh api repos/R/actions/runs/ID/artifacts --jq ...
-if [ "$1" = run ]; then printf '%s\\n' 900 800 700 600; exit 0; fi
-case "$2" in
-  */runs/900/*) echo report ;;                # this run: skipped whatever it holds
-  */runs/800/*) echo report ;;                # finished, failed early: no results
-  */runs/700/*) printf 'results-cpu_torch215\\nreport\\n' ;;  # finished red, with results
-  */runs/600/*) echo results-cpu_torch215 ;;
-esac
+# --- the baseline: the last scheduled nightly of the default branch with results for the session ---
+
+# Newest first, as `gh run list` lists them: (id, event, branch, artifacts).
+RUNS = [
+    (900, "schedule", "main", ["results-cpu_torch215"]),       # this run: never its own baseline
+    (880, "workflow_dispatch", "main", ["results-cpu_torch215"]),  # narrowed by a tag, perhaps
+    (860, "schedule", "feature", ["results-cpu_torch215"]),    # another branch
+    (840, "schedule", "main", ["report"]),                     # finished, failed early: no results
+    (820, "schedule", "main", ["results-cpu_torch25"]),        # results, but not for cpu_torch215
+    (800, "schedule", "main", ["results-cpu_torch215", "report"]),  # finished red, with results
+    (700, "schedule", "main", ["results-cpu_torch215"]),
+]
+
+FAKE_GH = """#!/usr/bin/env python3
+# gh run list --event E --branch B ... / gh api repos/R/actions/runs/ID/artifacts ... / gh run download ID -n NAME -D DIR
+import json, os, pathlib, sys
+runs = json.loads(os.environ["FAKE_RUNS"])
+args = sys.argv[1:]
+def value(flag):
+    return args[args.index(flag) + 1] if flag in args else None
+if args[:2] == ["run", "list"]:
+    for run_id, event, branch, _ in runs:
+        if value("--event") in (None, event) and value("--branch") in (None, branch):
+            print(run_id)
+elif args[0] == "api":
+    run_id = int(args[1].split("/runs/")[1].split("/")[0])
+    print("\\n".join(next(names for i, _, _, names in runs if i == run_id)))
+elif args[:2] == ["run", "download"]:
+    target = pathlib.Path(value("-D"))
+    target.mkdir(parents=True)
+    (target / (value("-n")[len("results-"):] + ".jsonl")).write_text(args[2])
 """
 
 
-def test_the_baseline_is_the_last_finished_nightly_that_produced_results(tmp_path):
+def fake_gh(tmp_path, runs=RUNS):
     (tmp_path / "gh").write_text(FAKE_GH)
     (tmp_path / "gh").chmod(0o755)
-    env = clean_env(PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}", GH_REPO="o/r", THIS_RUN="900")
-    done = subprocess.run(["bash", str(SCRIPTS / "previous_nightly.sh")], capture_output=True, text=True,
-                          env=env, check=False)
+    return clean_env(PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}", GH_REPO="o/r", THIS_RUN="900",
+                     DEFAULT_BRANCH="main", FAKE_RUNS=json.dumps(runs))
+
+
+@pytest.mark.parametrize(("session", "expected"), [("cpu_torch215", "run=800\n"), ("cpu_torch25", "run=820\n"),
+                                                   ("cpu_torch26", "run=\n"), (None, "run=820\n")])
+def test_the_baseline_is_the_last_scheduled_nightly_of_the_default_branch_with_the_sessions_results(
+        tmp_path, session, expected):
+    done = subprocess.run(["bash", str(SCRIPTS / "previous_nightly.sh"), *([session] if session else [])],
+                          capture_output=True, text=True, env=fake_gh(tmp_path), check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "run=700\n"  # whatever its status: the report alone decides the colour
+    assert done.stdout == expected  # whatever its conclusion: the report alone decides the colour
+
+
+def test_each_session_gets_its_own_baseline(tmp_path):
+    done = subprocess.run(["bash", str(SCRIPTS / "download_previous.sh"), str(tmp_path / "baseline"), "cpu_torch215",
+                           "cpu_torch25", "cpu_torch26"], capture_output=True, text=True, env=fake_gh(tmp_path),
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "baseline" / "results-cpu_torch215" / "cpu_torch215.jsonl").read_text() == "800"
+    assert (tmp_path / "baseline" / "results-cpu_torch25" / "cpu_torch25.jsonl").read_text() == "820"
+    assert not (tmp_path / "baseline" / "results-cpu_torch26").exists()
+    assert "cpu_torch26: no earlier scheduled nightly with its results" in done.stdout
+
+
+def test_the_nightly_takes_baseline_and_reuse_from_the_default_branch():
+    nightly = load("nightly.yml")
+    assert nightly["env"]["DEFAULT_BRANCH"] == "${{ github.event.repository.default_branch }}"
+    for job in ("session", "aggregate"):
+        runs = "\n".join(step.get("run", "") for step in nightly["jobs"][job]["steps"])
+        assert "download_previous.sh" in runs, job
+    assert "previous_nightly" not in json.dumps(nightly["jobs"]["sessions"])  # one source per session, not per run
+
+
+# --- permissions, pins, triggers, timeouts ---
+
+def load(name):
+    return yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))
+
+
+def jobs():
+    return [(path.name, name, job) for path in sorted(WORKFLOWS.glob("*.yml"))
+            for name, job in load(path.name)["jobs"].items()]
+
+
+# The only scopes a job may write, and why: the nightly's report publishes a check run and keeps
+# the tracking issue.
+WRITES = {("nightly.yml", "aggregate"): {"checks", "issues"}}
+
+
+@pytest.mark.parametrize(("workflow", "name", "job"), jobs(), ids=[f"{w}:{n}" for w, n, _ in jobs()])
+def test_each_job_holds_the_least_permissions(workflow, name, job):
+    assert load(workflow)["permissions"] == {}  # nothing unless a job asks
+    permissions = job.get("permissions")
+    assert isinstance(permissions, dict) and permissions.get("contents") == "read", permissions
+    writes = {scope for scope, level in permissions.items() if level == "write"}
+    assert writes == WRITES.get((workflow, name), set())
+    calls_gh = any(re.search(r"\bgh\b|download_previous|tracking_issue", step.get("run", "")) for step in job["steps"])
+    assert (permissions.get("actions") == "read") == calls_gh  # reading other runs' artifacts
+    assert 0 < int(str(job.get("timeout-minutes", "0")).split("||")[-1].strip(" }")) <= 60
+
+
+PIN = re.compile(r"^\s*(?:-\s+)?uses:\s*(\S+?)@(\S+)(?:\s+#\s*(\S+))?\s*$")
+
+
+def pins(workflow):
+    """(job, action, ref, comment) of every `uses:` line, by the job it is in."""
+    found, job = [], None
+    for line in (WORKFLOWS / workflow).read_text(encoding="utf-8").splitlines():
+        heading = re.match(r"^  ([\w-]+):\s*$", line)
+        if heading:
+            job = heading[1]
+        match = PIN.match(line)
+        if match:
+            found.append((job, *match.groups()))
+    return found
+
+
+def test_write_capable_jobs_pin_every_action_by_commit():
+    for (workflow, name), _ in WRITES.items():
+        used = [p for p in pins(workflow) if p[0] == name]
+        assert used, name
+        for _, action, ref, comment in used:
+            assert re.fullmatch(r"[0-9a-f]{40}", ref), f"{workflow}:{name} uses {action}@{ref}: not a commit"
+            assert comment and re.fullmatch(r"v\d+\.\d+\.\d+", comment), f"{action}@{ref}: name its release"
+
+
+def test_every_action_is_pinned_by_commit_and_one_commit_per_release():
+    seen = {}
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for job, action, ref, comment in pins(path.name):
+            assert re.fullmatch(r"[0-9a-f]{40}", ref) and comment, f"{path.name}:{job} {action}@{ref}"
+            assert seen.setdefault((action.split("/")[0] + "/" + action.split("/")[1], comment), ref) == ref
+
+
+def test_cuda_collect_runs_weekly_and_on_install_changes_not_on_every_push():
+    ci, collect = load("ci.yml"), load("cuda-collect.yml")
+    assert not any("cuda" in name for name in ci["jobs"])
+    triggers = collect[True]  # YAML reads `on` as true
+    assert "push" not in triggers and triggers["schedule"] and "paths" in triggers["pull_request"]
+    # a pull request from a branch of this repository runs CI once: pushes run on the default branch
+    assert ci[True]["push"]["branches"] == ["main"] and ci[True]["push"]["paths"] == ci[True]["pull_request"]["paths"]
+    for workflow in ("ci.yml", "cuda-collect.yml", "nightly.yml"):
+        assert load(workflow)["concurrency"]["group"]
+
+
+def test_no_wheel_cache_in_the_nightly_and_ci_saves_only_on_the_default_branch():
+    assert "actions/cache" not in (WORKFLOWS / "nightly.yml").read_text()
+    saves = [step for _, _, job in jobs() for step in job["steps"] if "actions/cache/save" in step.get("uses", "")]
+    assert len(saves) == 1 and "github.event_name == 'push'" in saves[0]["if"]
+
+
+# --- step summaries ---
+
+def test_every_session_job_writes_its_step_summary():
+    for workflow, name in (("nightly.yml", "session"), ("ci.yml", "main-job")):
+        steps = load(workflow)["jobs"][name]["steps"]
+        summary = [s for s in steps if "session_summary.py" in s.get("run", "")]
+        assert summary and summary[0]["if"] == "always()", (workflow, name)
+    signal = load("ci.yml")["jobs"]["table-signal"]
+    assert signal["if"] == "github.event_name == 'pull_request'"
+    assert any("pr_table.py compare" in s.get("run", "") for s in signal["steps"])
+
+
+def summarise(tmp_path, session, results):
+    summary = tmp_path / "summary.md"
+    done = subprocess.run([sys.executable, str(SCRIPTS / "session_summary.py"), session, str(results)],
+                          capture_output=True, text=True, env=clean_env(GITHUB_STEP_SUMMARY=str(summary)), check=False)
+    assert done.returncode == 0, done.stderr
+    return summary.read_text(), done.stdout
+
+
+def test_the_session_summary_lists_the_failing_groups(tmp_path):
+    outcomes = {"checkpoint/a[cpu]": "fail", "checkpoint/b[cpu]": "fail", "nested/c[cpu]": "timeout",
+                "nested/d[cpu]": "pass", "nested/e[cpu]": "known"}
+    write_session(tmp_path, "cpu_torch25", "2.5.1", outcomes)
+    text, annotations = summarise(tmp_path, "cpu_torch25", tmp_path)
+    assert "2 fail" in text and "1 timeout" in text and "of 5 cases" in text
+    assert "| checkpoint | fail | 2 | `checkpoint/a[cpu]` | fail here |" in text
+    assert "| nested | timeout | 1 | `nested/c[cpu]` | timeout here |" in text
+    assert "nested/d" not in text and "nested/e" not in text.split("|", 1)[1]
+    assert annotations.count("::warning ") == 3
+
+
+def test_the_session_summary_of_a_session_without_results(tmp_path):
+    text, _ = summarise(tmp_path, "cpu_torch25", tmp_path)
+    assert "No results file" in text
+
+
+# --- the pull request's table signal ---
+
+def pr_table():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pr_table", SCRIPTS / "pr_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_pull_request_runs_the_families_it_changes():
+    module = pr_table()
+    assert module.case_files(["cases/test_checkpoint.py", "README.md"]) == ["cases/test_checkpoint.py"]
+    assert module.case_files(["harness/report.py", "tests/test_report.py"]) == []  # never runs in a session
+    assert len(module.case_files(["harness/casekit.py"])) == len(list((ROOT / "cases").glob("test_*.py")))
+
+
+@pytest.mark.parametrize(("torch_now", "like"), [("2.5.1", "Compared like with like"), ("2.5.1+cpu", "The builds differ")])
+def test_the_table_signal_lists_the_cells_that_differ(tmp_path, torch_now, like):
+    write_session(tmp_path / "table", "cpu_torch25", "2.5.1", {A: "pass", B: "pass", "other/x[cpu]": "fail"})
+    write_session(tmp_path / "run", "cpu_torch25", torch_now, {A: "fail", "checkpoint/new[cpu]": "pass"})
+    module = pr_table()
+    text = module.compare(records.read(tmp_path / "table" / "cpu_torch25.jsonl"),
+                          records.read(tmp_path / "run" / "cpu_torch25.jsonl"))
+    assert like in text and "Families run: checkpoint." in text
+    assert f"| `{A}` | pass | fail | fail here |" in text
+    assert "| `checkpoint/new[cpu]` | (new case) | pass |" in text
+    assert "other/x" not in text and B not in text  # families not run are not compared

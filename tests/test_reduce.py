@@ -1,0 +1,146 @@
+"""Reduction: the smallest script that still fails as the matrix records on the failing version and
+passes on the passing one. Cheap predicates in-process; one real reduction in the cpu_torch215 venv."""
+
+import re
+import subprocess
+import sys
+import textwrap
+import time
+import traceback
+
+import pytest
+
+from harness import reduce, repro, scriptrun
+from tests.conftest import ROOT
+from tests.test_sweep import USER_SCRIPT
+
+pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")  # candidates compiled in-process
+CASE = "empty_init/copy_copy_in_compiled_fn_under_mode[cpu-eager-graphbreaks-pass_through]"
+
+
+class VersionRunner:
+    """Runs a candidate in this process with `VERSION` set, as a venv of that torch would."""
+
+    def __init__(self, version):
+        self.version, self.runs = version, 0
+
+    def run(self, path, timeout):
+        self.runs += 1
+        try:
+            exec(compile(path.read_text(), str(path), "exec"), {"VERSION": self.version, "__name__": "__main__"})
+            return scriptrun.classify(0, "", 0.0)
+        except Exception:
+            return scriptrun.classify(1, traceback.format_exc(), 0.0)
+
+
+# A semantic bug of "version 15": compiled and eager differ; on 12 they agree.
+SEMANTIC = textwrap.dedent("""\
+    import math
+    TABLE = {n: math.factorial(n) for n in range(6)}
+
+    def unrelated(a, b):
+        return [a * b for _ in range(3)]
+
+    def eager(x):
+        return x * 2
+
+    def compiled(x):
+        return x * 2 + (1 if VERSION >= 13 else 0)
+
+    unrelated(1, 2)
+    x = 6
+    assert compiled(x) == eager(x), f"compiled {compiled(x)}, eager {eager(x)}"
+    print("done")
+    """)
+SIGNATURE = reduce.Signature("AssertionError", reduce.message_pattern("compiled 13, eager 12"))
+
+
+def reduction(passing=True, deadline=60.0):
+    test = reduce.Interestingness(SIGNATURE, VersionRunner(15), VersionRunner(12) if passing else None,
+                                  deadline=time.monotonic() + deadline, timeout=10, out=sys.stdout)
+    assert test(SEMANTIC)
+    return test, *reduce.minimize(SEMANTIC, test)
+
+
+def test_the_reduction_keeps_the_figure_and_passes_where_the_bug_is_fixed():
+    test, reduced, finished = reduction()
+    assert finished
+    assert reduce.line_count(reduced) < reduce.line_count(SEMANTIC)
+    assert "unrelated" not in reduced and "math" not in reduced
+    assert "VERSION" in reduced and "assert" in reduced  # the comparison, and what differs
+    assert SIGNATURE.shown_by(VersionRunner(15).run(_file(reduced), 10))
+    assert VersionRunner(12).run(_file(reduced), 10).outcome == "pass"
+
+
+def test_without_a_passing_version_the_difference_itself_can_go():
+    # What the passing check prevents: the failing version alone keeps an assertion that fails everywhere.
+    _, reduced, _ = reduction(passing=False)
+    assert VersionRunner(12).run(_file(reduced), 10).outcome == "fail"
+
+
+def test_candidate_runs_are_cached_and_the_time_limit_keeps_the_best():
+    test = reduce.Interestingness(SIGNATURE, VersionRunner(15), VersionRunner(12), deadline=time.monotonic() + 60,
+                                  timeout=10, out=sys.stdout)
+    assert test(SEMANTIC) and test(SEMANTIC)
+    assert (test.failing.runs, test.passing.runs) == (1, 1)
+    test.deadline = time.monotonic() - 1
+    reduced, finished = reduce.minimize(SEMANTIC, test)
+    assert not finished and reduced in (SEMANTIC, reduce.tidy(SEMANTIC))  # the start: nothing smaller was found
+
+
+def test_a_recorded_failure_gives_the_signature():
+    known = {"case": "c", "outcome": "known", "exc_type": "torch._dynamo.exc.InternalTorchDynamoError",
+             "message": "NotImplementedError: checkpoint not implemented for <class 'x'> at 0x7f00", "upstream": ["o/r#1"]}
+    declared = [{"kind": "known", "ref": "o/r#1", "raises": ["InternalTorchDynamoError"], "match": "checkpoint not impl"}]
+    assert reduce.signature_of(known, declared) == reduce.Signature("InternalTorchDynamoError", "checkpoint not impl")
+    failed = {**known, "outcome": "fail", "exc_type": "builtins.AssertionError", "upstream": [],
+              "message": "enabled=True: compiled {'sentinels_initialised': 2, 'rng_advanced': True}, eager {}"}
+    signature = reduce.signature_of(failed, declared)
+    assert signature.exception == "AssertionError"
+    assert re.fullmatch(signature.pattern, failed["message"])  # the figure: both sides of the comparison
+    assert not re.search(signature.pattern, failed["message"].replace("2", "1"))
+
+
+def test_an_export_without_its_plumbing_raises_the_bug_itself():
+    info = repro.collect(sys.executable, [CASE])["cases"][CASE]
+    plain = reduce.strip_plumbing(repro.build_script(info))
+    compile(plain, "plain.py", "exec")
+    for plumbing in ("EXPECTED", "OUTCOME", "sys.exit", "traceback.print_exc", "__main__", "except Exception"):
+        assert plumbing not in plain
+    assert plain.rstrip().splitlines()[-1].startswith("test_copy_copy_in_compiled_fn_under_mode(case, device='cpu'")
+
+
+def _file(source, folder=[]):
+    import pathlib
+    import tempfile
+
+    folder.append(tempfile.TemporaryDirectory())
+    path = pathlib.Path(folder[-1].name) / "candidate.py"
+    path.write_text(source)
+    return path
+
+
+@pytest.mark.slow
+def test_a_real_reduction_in_the_session_venv(tmp_path):
+    script = tmp_path / "user_bug.py"
+    noise = "import json\nSETTINGS = json.loads('{\"lr\": 0.1}')\nprint('settings', SETTINGS)\n"
+    script.write_text(noise + USER_SCRIPT + "print('never reached')\n")
+    out = tmp_path / "reduced.py"
+    done = subprocess.run([sys.executable, "-m", "harness", "reduce", "--script", str(script), "--session",
+                           "cpu_torch215", "--time-limit", "300", "--out", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1800, env=repro.clean_env())
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    reduced = out.read_text()
+    assert reduce.line_count(reduced) < reduce.line_count(script.read_text())  # the header line included
+    assert "SETTINGS" not in reduced and "never reached" not in reduced
+    assert "copy.copy" in reduced
+    assert "cpu_torch215: fail (exit 1) AttributeError: 'NoneType' object has no attribute 'type'" in done.stdout
+
+
+def test_tidy_drops_the_constants_the_reducer_leaves():
+    assert reduce.tidy("import torch\n0\ndef f():\n    0\nf()\n") == "import torch\n\ndef f():\n    pass\nf()\n"
+
+
+def test_the_warm_runners_preload_what_the_script_imports():
+    source = "import torch, math\nfrom torch.utils.checkpoint import checkpoint\nfrom . import x\nneed('lightning.fabric.X')\n"
+    assert reduce.imported_modules(source) == ["lightning.fabric", "math", "torch", "torch.utils.checkpoint"]

@@ -1,0 +1,64 @@
+"""A user's script across the torch rows: `python -m harness sweep SCRIPT`, and `bisect --script`."""
+
+import subprocess
+import sys
+import textwrap
+
+from harness import repro
+from tests.conftest import ROOT
+
+# A bug of torch 2.15 (the copy.copy case of cases/test_empty_init.py, written as a user would).
+USER_SCRIPT = textwrap.dedent("""\
+    import copy
+    import torch
+
+    class Mode(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def f(x):
+        return torch.cos(copy.copy(torch.sin(x)))
+
+    with Mode():
+        torch.compile(f, backend="eager")(torch.randn(4))
+    """)
+
+
+def harness(*args, timeout=1800):
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=repro.clean_env())
+
+
+def test_sweep_runs_the_script_in_the_row_venv_and_writes_the_table(tmp_path):
+    script = tmp_path / "user_script.py"
+    script.write_text(USER_SCRIPT)
+    table = tmp_path / "table.md"
+    done = harness("sweep", str(script), "--from", "2.15", "--to", "2.15", "--out", str(table))  # builds at most cpu_torch215
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("torch 2.15.0"))
+    assert row.split()[3:5] == ["fail", "exit"], row
+    assert "AttributeError: 'NoneType' object has no attribute 'type'" in row
+    assert "| 2.15.0 | cpu_torch215 | fail | exit 1 |" in table.read_text()
+
+
+def test_sweep_without_build_runs_only_what_exists(tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("print('ok')\n")
+    done = harness("sweep", str(script), "--from", "2.12", "--to", "2.13", "--no-build", "--envdir", str(tmp_path / "envs"),
+                   "--out", str(tmp_path / "table.md"))
+    assert done.returncode == 1
+    assert "not run (no environment; --no-build)" in done.stdout
+    assert "the script ran on no version" in done.stderr
+    assert not (tmp_path / "envs").exists()
+    assert (tmp_path / "table.md").read_text().count("| not run |") == 2
+
+
+def test_bisect_takes_the_same_script(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text("raise ValueError('fails everywhere')\n")
+    done = harness("bisect", "--script", str(script), "--env", f"2.14={sys.executable}", "--env", f"2.15={sys.executable}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line.split()[:4] for line in done.stdout.splitlines() if line.startswith("torch ")]
+    assert lines == [["torch", "2.14", "bisect-2.14", "fail"], ["torch", "2.15", "bisect-2.15", "fail"]], done.stdout
+    assert "exit 1: ValueError: fails everywhere" in done.stdout
+    assert "no boundary: fail on every version that ran" in done.stdout
