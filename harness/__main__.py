@@ -65,7 +65,7 @@ def check_case_name(case: str) -> None:
     family, slash, rest = case.partition("/")
     variant = rest.split("[", 1)[0]
     if not slash or not family or not variant:
-        raise UnknownCaseName(f"not a case id: {case!r} (expected family/variant[params])")
+        raise UnknownCaseName(f"unknown case {case!r}: not a case id (expected family/variant[params])")
     files = {p.stem[len("test_"):]: p for p in sorted((ROOT / "cases").glob("test_*.py"))}
     if family not in files:
         close = difflib.get_close_matches(family, list(files), n=3)

@@ -84,7 +84,7 @@ def test_check_env_without_torch_is_one_line():
         (("report", "/nonexistent-results"), "not a directory of results"),
         (("report", "--baseline"), "argument --baseline: expected at least one argument"),
         (("repro",), "repro needs a CASE_ID"),
-        (("repro", "checkpoint"), "not a case id: 'checkpoint'"),
+        (("repro", "checkpoint"), "unknown case 'checkpoint': not a case id"),
         (("repro", "checkpont/plain_checkpoint[cpu-eager-fullgraph]"), "unknown case family 'checkpont'"),
         (("repro", "checkpoint/plain_chekpoint[cpu-eager-fullgraph]"), "did you mean checkpoint/plain_checkpoint"),
         (("repro", "checkpoint/plain_checkpoint", "--session", "cpu_torch99"), "unknown session 'cpu_torch99'"),
