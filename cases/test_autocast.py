@@ -190,3 +190,122 @@ def test_context_fn_restores_autocast_eager_checkpoint_of_compiled(case, device,
     # compiled function under the autocast it restores.
     check_eager_checkpoint_runs(case, case.compile(body), device, dtype,
                                 context_fn=restore_autocast_context_fn(device))
+
+
+# --- property cases (harness/properties.py): programs drawn around autocast ---------------------------
+
+import dataclasses  # noqa: E402  (this section stands apart from the hand-written cases above)
+
+from hypothesis import assume  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from harness.properties import explore  # noqa: E402
+
+# What the body does after its matmul; "mm_fp32": a matmul with autocast disabled (float32 inside).
+AUTOCAST_OPS = {"sigmoid": "torch.sigmoid(y)", "relu": "torch.relu(y)", "mm": "y @ w", "mean_keep": "y.mean(-1, keepdim=True) * y",
+                "softmax": "torch.softmax(y, -1)", "mse": "torch.nn.functional.mse_loss(y, torch.zeros_like(y), reduction='none')",
+                "mm_fp32": "mm_fp32(y, w)"}
+AUTOCAST_AT = ("outside", "inside_compiled", "inside_body")  # around the compiled call, around the checkpoint, inside it
+COMPILED = ("whole", "body")  # what torch.compile wraps: the function with its checkpoint, or the checkpointed body
+
+
+def mm_fp32(y, w):
+    with torch.autocast(y.device.type, enabled=False):
+        return y.float() @ w.float()
+
+
+@dataclasses.dataclass(frozen=True)
+class AutocastProgram:
+    """`body(x, w)` (x @ w, then `ops`; returns each result) under autocast to `dtype` entered at
+    `autocast_at`, checkpointed or not, `compiled` the whole function or only the body; inputs in `input_dtype`."""
+    ops: tuple = ("sigmoid", "mse")
+    device: str = "cpu"
+    dtype: str = "bfloat16"
+    input_dtype: str = "float32"
+    autocast_at: str = "inside_compiled"
+    checkpointed: bool = True
+    compiled: str = "whole"
+
+    @property
+    def source(self) -> str:
+        device = self.device
+        autocast = f"torch.autocast({device!r}, dtype=torch.{self.dtype})"
+        inside_body = self.autocast_at == "inside_body"
+        lines = ["def body(x, w):"] + ([f"    with {autocast}:"] if inside_body else [])
+        pad = "        " if inside_body else "    "
+        lines += [f"{pad}y = x @ w", f"{pad}results = [y.detach()]"]
+        for op in self.ops:
+            lines += [f"{pad}y = {AUTOCAST_OPS[op]}", f"{pad}results.append(y.detach())"]
+        lines += [f"{pad}return (*results[:-1], y)"]
+        call = "checkpoint(body, x, w, use_reentrant=False)" if self.checkpointed else "body(x, w)"
+        lines += ["def fn(x, w):"] + ([f"    with {autocast}:", f"        return {call}"]
+                                      if self.autocast_at == "inside_compiled" else [f"    return {call}"])
+        return "\n".join(lines)
+
+    def functions(self, compile_fn):
+        """(eager, compiled) versions of fn, each under autocast where autocast_at is "outside"."""
+        made = []
+        for compile_body in (False, self.compiled == "body"):
+            namespace = {"torch": torch, "checkpoint": checkpoint, "mm_fp32": mm_fp32}
+            exec(compile(self.source, "<autocast program>", "exec"), namespace)
+            if compile_body:
+                namespace["body"] = compile_fn(namespace["body"])
+            made.append(namespace["fn"])
+        eager, compiled = made[0], made[1] if self.compiled == "body" else compile_fn(made[1])
+        if self.autocast_at == "outside":
+            wrap = torch.autocast(self.device, dtype=getattr(torch, self.dtype))
+            eager, compiled = wrap(eager), wrap(compiled)
+        return eager, compiled
+
+
+def autocast_programs(device):
+    dtypes = ("bfloat16",) if device == "cpu" else ("float16", "bfloat16")
+    return st.builds(AutocastProgram, device=st.just(device), ops=st.lists(st.sampled_from(sorted(AUTOCAST_OPS)), max_size=3).map(tuple),
+                     dtype=st.sampled_from(dtypes), input_dtype=st.sampled_from(("float32", "bfloat16")),
+                     autocast_at=st.sampled_from(AUTOCAST_AT), checkpointed=st.booleans(),
+                     compiled=st.sampled_from(COMPILED))
+
+
+PINNED_AUTOCAST = [AutocastProgram(), AutocastProgram(autocast_at="outside"), AutocastProgram(autocast_at="inside_body")]
+
+
+def check_autocast_program(case, program, device, backend):
+    """case.check (outputs with their dtypes: the dtype each op computed in), then one more step
+    eagerly and compiled: backward's matmuls and their dtypes agree, and no autocast state leaks."""
+    if program.compiled == "body" and program.checkpointed:  # an eager checkpoint of a compiled body
+        assume(torch_version() >= (2, 5) or backend == "eager")  # below: the process's later checkpoints break
+    eager, compiled = program.functions(case.compile)
+    dtype = getattr(torch, program.input_dtype)
+    x = torch.randn(4, 8, device=device, dtype=dtype, requires_grad=True)
+    # Inputs scaled so that values stay near 1 through a few ops: bfloat16's rounding, not the
+    # program's growth, should be what the tolerances cover.
+    w = (torch.randn(8, 8, device=device) / 3).to(dtype).requires_grad_()
+    before = autocast_state(device)
+    case.check(eager, x, w, compiled=compiled, tolerances=TOLERANCES[getattr(torch, program.dtype)])
+
+    def step(f):
+        outputs = f(x, w)
+        with OpLog() as log:
+            outputs[-1].float().sum().backward()
+        return [str(o.dtype).replace("torch.", "") for o in outputs], log.ops
+    (eager_fwd, eager_bwd), (fwd, bwd) = step(eager), step(compiled)
+    case.record(forward_dtypes={"eager": eager_fwd, "compiled": fwd}, backward_matmuls={"eager": eager_bwd, "compiled": bwd})
+    assert autocast_state(device) == before, "autocast state leaked out of the compiled code"
+    assert fwd == eager_fwd, f"forward op dtypes: compiled {fwd}, eager {eager_fwd}"
+    assert sorted(bwd) == sorted(eager_bwd), f"backward matmuls: compiled {bwd}, eager {eager_bwd}" + (
+        "; the checkpointed function was not recomputed" if len(bwd) < len(eager_bwd) else "")
+
+
+def torch_version():
+    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
+
+@ambient_hooks
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_no_cuda)])
+@BACKENDS
+def test_property_autocast(case, device, backend, fullgraph):
+    # Programs under autocast: the dtype inside and the inputs' outside, where autocast is entered,
+    # whether the body is checkpointed, what torch.compile wraps.
+    pinned = [dataclasses.replace(program, device=device) for program in PINNED_AUTOCAST]
+    explore(case, "autocast", autocast_programs(device),
+            lambda program: check_autocast_program(case, program, device, backend), pinned=pinned)

@@ -267,3 +267,105 @@ def test_transformer_engine_checkpoint(case, device, backend, fullgraph):
     # TE < 1.5: checkpoint(function, distribute_saved_activations, get_rng_state_tracker, tp_group, *args)
     legacy = (False, None, None) if "distribute_saved_activations" in inspect.signature(te.checkpoint).parameters else ()
     check_recomputes(case, lambda x, w: te.checkpoint(mm_sigmoid, *legacy, x, w, use_reentrant=False), device)
+
+
+# --- property cases (harness/properties.py): programs drawn around checkpoint ------------------------
+
+import dataclasses  # noqa: E402  (this section stands apart from the hand-written cases above)
+
+from hypothesis import assume  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from harness.properties import explore  # noqa: E402
+
+# What the checkpointed body does after its first matmul (w: 8x8, an input of the program too).
+CKPT_OPS = {"sigmoid": "torch.sigmoid(y)", "sin": "torch.sin(y)", "relu": "torch.relu(y)", "mm": "y @ w",
+            "mul_x": "y * x", "add1": "y + 1"}
+CONTEXT_FNS = ("none", "noop", "sac_save_mm", "sac_recompute")  # noop: what TE 1.5-1.7 always passed
+REUSES = {"none": "out", "times_x": "out * x", "twice": "out + torch.sin(out)", "tuple": "out, out * 2"}
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointProgram:
+    """`fn(x, w)` checkpoints `body` (x @ w, then `ops`), `nesting` checkpoints deep, with
+    `use_reentrant` and `context_fn` (non-reentrant only), and uses its output as `reuse` says."""
+    ops: tuple = ("sigmoid",)
+    use_reentrant: bool = False
+    context_fn: str = "none"
+    nesting: int = 1
+    reuse: str = "none"
+    shape: tuple = (4, 8)
+
+    @property
+    def source(self) -> str:
+        kwargs = f"use_reentrant={self.use_reentrant}" + (", context_fn=context_fn" if self.context_fn != "none" else "")
+        lines = ["def body(x, w):", "    y = x @ w"] + [f"    y = {CKPT_OPS[op]}" for op in self.ops] + ["    return y"]
+        inner = "body"
+        for depth in range(1, self.nesting):
+            lines += [f"def level{depth}(x, w):", f"    return checkpoint({inner}, x, w, {kwargs})"]
+            inner = f"level{depth}"
+        lines += ["def fn(x, w):", f"    out = checkpoint({inner}, x, w, {kwargs})", f"    return {REUSES[self.reuse]}"]
+        return "\n".join(lines)
+
+    def function(self):
+        namespace = {"torch": torch, "checkpoint": checkpoint, "context_fn": self.make_context_fn()}
+        exec(compile(self.source, "<checkpoint program>", "exec"), namespace)
+        return namespace["fn"]
+
+    def make_context_fn(self):
+        if self.context_fn in ("none", "noop"):
+            return torch.utils.checkpoint.noop_context_fn
+        policies = torch.utils.checkpoint.CheckpointPolicy
+        saved = policies.MUST_SAVE if self.context_fn == "sac_save_mm" else policies.PREFER_RECOMPUTE
+
+        def policy_fn(ctx, op, *args, **kwargs):
+            return saved if op == torch.ops.aten.mm.default else policies.PREFER_RECOMPUTE
+        return functools.partial(torch.utils.checkpoint.create_selective_checkpoint_contexts, policy_fn)
+
+
+@st.composite
+def checkpoint_programs(draw):
+    use_reentrant = draw(st.booleans())
+    return CheckpointProgram(
+        ops=tuple(draw(st.lists(st.sampled_from(sorted(CKPT_OPS)), max_size=2))), use_reentrant=use_reentrant,
+        context_fn="none" if use_reentrant else draw(st.sampled_from(CONTEXT_FNS)),  # reentrant takes none
+        nesting=draw(st.integers(1, 2)), reuse=draw(st.sampled_from(sorted(REUSES))),
+        shape=draw(st.sampled_from(((4, 8), (2, 4, 8)))))
+
+
+PINNED_CHECKPOINT = [CheckpointProgram(), CheckpointProgram(context_fn="noop")]
+
+
+def check_checkpoint_program(case, program, device):
+    """case.check, then one more step eagerly and compiled: backward runs the matmuls eager's does
+    (recompute and gradients, SAC policies included)."""
+    if program.context_fn.startswith("sac"):
+        assume(hasattr(torch.utils.checkpoint, "create_selective_checkpoint_contexts"))  # 2.5+
+    fn = program.function()
+    x = torch.randn(*program.shape, device=device, requires_grad=True)
+    w = torch.randn(8, 8, device=device, requires_grad=True)
+    compiled = case.compile(fn)
+    case.check(fn, x, w, compiled=compiled)
+
+    def backward_matmuls(outputs):
+        with OpLog() as log:
+            sum(o.sum() for o in (outputs if isinstance(outputs, tuple) else (outputs,))).backward()
+        return log.ops
+    eager, got = backward_matmuls(fn(x, w)), backward_matmuls(compiled(x, w))
+    case.record(backward_matmuls={"eager": eager, "compiled": got})
+    gradients = 2 * (1 + program.ops.count("mm"))  # each matmul's two input gradients
+    assert len(eager) >= gradients, f"eager backward ran {eager}, fewer than {gradients} gradient matmuls"
+    # Where backward needs an activation of the body (any op but add1 follows a matmul) and eager's
+    # checkpoint recomputed it, compiled code must recompute too; how much is the partitioner's choice.
+    if any(op != "add1" for op in program.ops) and len(eager) > gradients:
+        assert len(got) > gradients, f"backward matmuls: compiled {got}, eager {eager}; the checkpointed " \
+            "function was not recomputed"
+
+
+@te_bug
+@pytest.mark.parametrize("backend", [EAGER_NOT_RECOMPUTED, "aot_eager", "inductor"])
+def test_property_checkpoint(case, device, backend, fullgraph):
+    # Checkpointed programs: body, use_reentrant, context_fn (none, TE's no-op, SAC policies),
+    # nesting, the output reused after the checkpoint.
+    explore(case, "checkpoint", checkpoint_programs(), lambda program: check_checkpoint_program(case, program, device),
+            pinned=PINNED_CHECKPOINT)
