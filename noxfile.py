@@ -141,3 +141,29 @@ def repro(session: nox.Session) -> None:
 def bisect(session: nox.Session) -> None:
     """Run one case across the matrix's torch versions and name where its outcome changes (args: CASE_ID [--from 2.1] [--to 2.15] [--no-build])."""
     session.run(sys.executable, "-m", "harness", "bisect", *session.posargs)
+
+
+@nox.session(venv_backend="none", default=False)
+def explore(session: nox.Session) -> None:
+    """Draw many more examples for the property cases in one matrix session's venv, shrinking what fails; results in results/explore/ (args: SESSION [--examples N] [pytest args])."""
+    from harness import properties
+
+    args = list(session.posargs)
+    if not args or args[0].startswith("-"):
+        session.error("name a matrix session first: nox -s explore -- cpu_torch215 [--examples N] [pytest args]")
+    try:
+        spec = matrix.find(args.pop(0))
+    except matrix.MatrixError as exc:
+        session.error(str(exc))
+    examples = "200"
+    if "--examples" in args:
+        at = args.index("--examples")
+        examples = args[at + 1] if at + 1 < len(args) else ""
+        del args[at:at + 2]
+    if not examples.isdigit() or int(examples) < 1:
+        session.error(f"--examples wants a positive number of examples, not {examples!r}")
+    venv = sessions.ensure_venv(spec.name).parent.parent
+    env = {**sessions.run_env(spec, venv), properties.EXPLORE_ENV: examples}
+    select = [] if "-k" in args else ["-k", "property"]
+    session.run(str(venv / "bin" / "python"), *sessions.pytest_args(spec, [*select, "--results-dir",
+                                                                           "results/explore", *args]), env=env)
