@@ -300,9 +300,24 @@ def torch_version():
     return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
 
 
+# Compiled backward runs under the forward's autocast: an autocast(enabled=False) matmul's gradients
+# come out in low precision (eager: float32). Open upstream; seen here on 2.15 with aot_eager and inductor.
+backward_ignores_disabled = pytest.mark.upstream_bug(
+    "pytorch/pytorch#179804", raises="AssertionError",
+    match=r"backward matmuls: compiled \[[^\]]*bfloat16[^\]]*\], eager \[[^\]]*float32")
+# An eager checkpoint, under autocast, of a compiled body whose recompute's metadata differs.
+recompute_metadata = pytest.mark.upstream_bug(
+    "pytorch/pytorch#141896", raises="CheckpointError",
+    match="Recomputed values for the following tensors have different metadata")
+PROPERTY_BACKENDS = pytest.mark.parametrize("backend", [
+    pytest.param("eager", marks=not_recomputed),
+    pytest.param("aot_eager", marks=[backward_ignores_disabled, recompute_metadata]),
+    pytest.param("inductor", marks=[backward_ignores_disabled, recompute_metadata])])
+
+
 @ambient_hooks
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_no_cuda)])
-@BACKENDS
+@PROPERTY_BACKENDS
 def test_property_autocast(case, device, backend, fullgraph):
     # Programs under autocast: the dtype inside and the inputs' outside, where autocast is entered,
     # whether the body is checkpointed, what torch.compile wraps.
