@@ -424,6 +424,9 @@ nested_programs = st.builds(
     tail=st.sampled_from(TAILS), shape=st.sampled_from(SHAPES), dtype=st.sampled_from(("float32", "float64")))
 # The hand-written case's program, always in the table.
 PINNED_NESTED = [NestedProgram(body=("sin", "mul2", "add1"), calls=2, flow="chain", tail="plus_input")]
+# Found by this property on 2.15 (inductor): `r0 = b(x); return r0 * b(r0 * x)` with b = sin gives a
+# wrong x gradient, with donated_buffer=False too (not #193960); no upstream report found (2026-11).
+PINNED_REGION = PINNED_NESTED + [NestedProgram(body=("sin",), calls=2, flow="reuse", tail="none", shape=(8,))]
 
 
 def check_region_program(case, program, device, backend):
@@ -480,7 +483,7 @@ def test_property_nested_compile_region(case, device, backend, fullgraph):
     # Programs that call a nested_compile_region (2.8+) 1-3 times, its outputs flowing on.
     need("torch.compiler.nested_compile_region")
     explore(case, "nested_compile_region", nested_programs,
-            lambda program: check_region_program(case, program, device, backend), pinned=PINNED_NESTED)
+            lambda program: check_region_program(case, program, device, backend), pinned=PINNED_REGION)
 
 
 def check_compiled_fn_program(case, program, device, backend):
