@@ -460,10 +460,10 @@ def check_empty_init_program(case, program, device):
             f"enabled={program.enabled}: compiled {compiled_figures}, eager {eager_figures}"
 
 
-@PARAM_CTOR
 @PARAM_CTOR_BUG
 @INIT_NOT_SKIPPED
-@MODE_IN_REGION
+@pytest.mark.parametrize("fullgraph", [False, pytest.param(True, marks=[MODE_IN_REGION, PARAM_CTOR])],
+                         ids=["graphbreaks", "fullgraph"])  # what fullgraph refuses: declared there only
 def test_property_empty_init(case, device, backend, fullgraph):
     # Programs under _EmptyInit: which torch.nn.init calls, where the mode is entered, a module
     # built inside or outside the compiled function, enabled or not.
