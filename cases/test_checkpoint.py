@@ -362,6 +362,7 @@ def check_checkpoint_program(case, program, device):
             "function was not recomputed"
 
 
+@pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
 @te_bug
 @pytest.mark.parametrize("backend", [EAGER_NOT_RECOMPUTED, "aot_eager", "inductor"])
 def test_property_checkpoint(case, device, backend, fullgraph):

@@ -460,6 +460,7 @@ def check_empty_init_program(case, program, device):
             f"enabled={program.enabled}: compiled {compiled_figures}, eager {eager_figures}"
 
 
+@pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
 @PARAM_CTOR_BUG
 @INIT_NOT_SKIPPED
 @pytest.mark.parametrize("fullgraph", [False, pytest.param(True, marks=[MODE_IN_REGION, PARAM_CTOR])],
