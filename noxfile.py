@@ -166,3 +166,27 @@ def sweep(session: nox.Session) -> None:
 def reduce(session: nox.Session) -> None:
     """Reduce a case's export (or a script) to the smallest plain-torch script that still shows its bug (args: CASE_ID --session S [--time-limit 600] | --script SCRIPT --session S)."""
     session.run(sys.executable, "-m", "harness", "reduce", *session.posargs)
+
+def explore(session: nox.Session) -> None:
+    """Draw many more examples for the property cases in one matrix session's venv, shrinking what fails; results in results/explore/ (args: SESSION [--examples N] [pytest args])."""
+    from harness import properties
+
+    args = list(session.posargs)
+    if not args or args[0].startswith("-"):
+        session.error("name a matrix session first: nox -s explore -- cpu_torch215 [--examples N] [pytest args]")
+    try:
+        spec = matrix.find(args.pop(0))
+    except matrix.MatrixError as exc:
+        session.error(str(exc))
+    examples = "200"
+    if "--examples" in args:
+        at = args.index("--examples")
+        examples = args[at + 1] if at + 1 < len(args) else ""
+        del args[at:at + 2]
+    if not examples.isdigit() or int(examples) < 1:
+        session.error(f"--examples wants a positive number of examples, not {examples!r}")
+    venv = sessions.ensure_venv(spec.name).parent.parent
+    env = {**sessions.run_env(spec, venv), properties.EXPLORE_ENV: examples}
+    select = [] if "-k" in args else ["-k", "property"]
+    session.run(str(venv / "bin" / "python"), *sessions.pytest_args(spec, [*select, "--results-dir",
+                                                                           "results/explore", *args]), env=env)

@@ -18,12 +18,16 @@ import contextlib
 import functools
 import inspect
 
+from hypothesis import assume
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
 from harness.casekit import OpLog
+from harness.properties import explore
+from programs.checkpoint import CheckpointProgram, checkpoint_programs
+from shared_declarations import EAGER_CHECKPOINT_OF_COMPILED, with_marks
 
 NO_GPU = "no CUDA device: torch.cuda.is_available() is False"
 FLAG = "_experimental_support_context_fn_in_torch_utils_checkpoint"  # torch 2.2-2.4
@@ -54,27 +58,6 @@ TE_BUG = (
 )
 
 
-# torch < 2.5 ran an eager checkpoint's saved-tensor hooks while tracing (fixed in 2.5 by PR #123196).
-# The eager backend: the first compiling call packs more tensors than the recompute. aot_eager and
-# inductor: AOTAutograd's joint trace (torch.autograd.grad) meets the checkpoint's unpack_hook
-# (torch/utils/checkpoint.py, unpack_hook -> recompute_fn, measured on 2.4.1), which runs the compiled
-# function inside the trace.
-ambient_hooks = (
-    pytest.mark.upstream_bug("pytorch/pytorch#113263", raises="CheckpointError",
-                             match="A different number of tensors was saved"),
-    pytest.mark.upstream_bug("pytorch/pytorch#113263", raises="RuntimeError",
-                             match="FX to symbolically trace a dynamo-optimized function", until="2.4"),
-)
-
-
-def with_marks(marks):
-    def apply(fn):
-        for mark in reversed(marks):
-            fn = mark(fn)
-        return fn
-    return apply
-
-
 te_bug = with_marks(TE_BUG)
 
 
@@ -86,7 +69,7 @@ context_fn_gate = pytest.mark.limitation(
 context_fn_untraced = pytest.mark.limitation(
     "pytorch/pytorch#105489", raises="torch._dynamo.exc.Unsupported", match=r"call_function args: .*FunctionVariable")
 modes_required = pytest.mark.limitation(
-    "https://github.com/pytorch/pytorch/pull/105489", raises="AssertionError",
+    "pytorch/pytorch#105489", raises="AssertionError",
     match="must generate a tuple of two `TorchDispatchMode`s")
 # fullgraph=True refuses the graph break a disabled function makes.
 disabled_raises = pytest.mark.limitation(
@@ -140,7 +123,7 @@ def test_use_reentrant_true(case, device, backend, fullgraph):
     check_recomputes(case, lambda x, w: checkpoint(mm_sigmoid, x, w, use_reentrant=True), device)
 
 
-@with_marks(ambient_hooks)
+@with_marks(EAGER_CHECKPOINT_OF_COMPILED)
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
 @pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
 def test_eager_checkpoint_of_compiled_function(case, device, backend, fullgraph):
@@ -298,3 +281,44 @@ def test_transformer_engine_checkpoint(case, device, backend, fullgraph):
     # TE < 1.5: checkpoint(function, distribute_saved_activations, get_rng_state_tracker, tp_group, *args)
     legacy = (False, None, None) if "distribute_saved_activations" in inspect.signature(te.checkpoint).parameters else ()
     check_recomputes(case, lambda x, w: te.checkpoint(mm_sigmoid, *legacy, x, w, use_reentrant=False), device)
+
+
+# --- property cases (harness/properties.py): programs drawn around checkpoint ------------------------
+
+PINNED_CHECKPOINT = [CheckpointProgram(), CheckpointProgram(context_fn="noop")]
+
+
+def check_checkpoint_program(case, program, device):
+    """case.check, then one more step eagerly and compiled: backward runs the matmuls eager's does
+    (recompute and gradients, SAC policies included)."""
+    if program.context_fn.startswith("sac"):
+        assume(hasattr(torch.utils.checkpoint, "create_selective_checkpoint_contexts"))  # 2.5+
+    fn = program.function()
+    x = torch.randn(*program.shape, device=device, requires_grad=True)
+    w = torch.randn(8, 8, device=device, requires_grad=True)
+    compiled = case.compile(fn)
+    case.check(fn, x, w, compiled=compiled)
+
+    def backward_matmuls(outputs):
+        with OpLog() as log:
+            sum(o.sum() for o in (outputs if isinstance(outputs, tuple) else (outputs,))).backward()
+        return log.ops
+    eager, got = backward_matmuls(fn(x, w)), backward_matmuls(compiled(x, w))
+    case.record(backward_matmuls={"eager": eager, "compiled": got})
+    gradients = 2 * (1 + program.ops.count("mm"))  # each matmul's two input gradients
+    assert len(eager) >= gradients, f"eager backward ran {eager}, fewer than {gradients} gradient matmuls"
+    # Where backward needs an activation of the body (any op but add1 follows a matmul) and eager's
+    # checkpoint recomputed it, compiled code must recompute too; how much is the partitioner's choice.
+    if any(op != "add1" for op in program.ops) and len(eager) > gradients:
+        assert len(got) > gradients, f"backward matmuls: compiled {got}, eager {eager}; the checkpointed " \
+            "function was not recomputed"
+
+
+@pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
+@te_bug
+@pytest.mark.parametrize("backend", [EAGER_NOT_RECOMPUTED, "aot_eager", "inductor"])
+def test_property_checkpoint(case, device, backend, fullgraph):
+    # Checkpointed programs: body, use_reentrant, context_fn (none, TE's no-op, SAC policies),
+    # nesting, the output reused after the checkpoint.
+    explore(case, "checkpoint", checkpoint_programs(), lambda program: check_checkpoint_program(case, program, device),
+            pinned=PINNED_CHECKPOINT)

@@ -48,6 +48,8 @@ import pytest
 import torch
 
 from harness.casekit import need
+from harness.properties import explore
+from programs.empty_init import EmptyInitProgram, check_empty_init_program, empty_init_programs, figures
 
 # Compiled code runs torch.nn.init calls the enabled mode skips eagerly (the figure message below).
 INIT_NOT_SKIPPED = pytest.mark.upstream_bug(
@@ -86,17 +88,6 @@ def init_both(a, b):
 def build_linear(a, b):
     """Builds a module (its __init__ initialises its parameters) and applies it; a and b stay."""
     return torch.nn.Linear(8, 8, device=a.device)(b).sum()
-
-
-def figures(fn, make_mode, device="cpu"):
-    """fn on two zero sentinels inside make_mode(): how many it initialised, whether the RNG moved."""
-    a, b = torch.zeros(8, device=device), torch.zeros(8, 8, device=device)
-    rng_state = torch.cuda.get_rng_state if str(device).startswith("cuda") else torch.get_rng_state
-    before = rng_state()
-    with make_mode():
-        fn(a, b)
-    return {"sentinels_initialised": int(a.ne(0).any()) + int(b.ne(0).any()),
-            "rng_advanced": not torch.equal(before, rng_state())}
 
 
 def check_mode_effect(case, fn, compiled, make_mode, enabled, device="cpu"):
@@ -376,3 +367,21 @@ def test_copy_copy_in_compiled_fn_under_mode(case, device, backend, fullgraph, m
     case.record(mode=mode, sentinel_initialised=compiled.initialised)
     expected = mode != "empty_init_enabled"
     assert set(compiled.initialised) == {expected}, f"sentinel initialised: {compiled.initialised}, expected {expected}"
+
+
+# --- property cases (harness/properties.py): programs drawn around _EmptyInit -------------------------
+
+PINNED_EMPTY_INIT = [EmptyInitProgram(enabled=False), EmptyInitProgram(enabled=True, mode_at="inside"),
+                     EmptyInitProgram(inits=("uniform_b",), enabled=True, build="inside")]
+
+
+@pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
+@PARAM_CTOR_BUG
+@INIT_NOT_SKIPPED
+@pytest.mark.parametrize("fullgraph", [False, pytest.param(True, marks=[MODE_IN_REGION, PARAM_CTOR])],
+                         ids=["graphbreaks", "fullgraph"])  # what fullgraph refuses: declared there only
+def test_property_empty_init(case, device, backend, fullgraph):
+    # Programs under _EmptyInit: which torch.nn.init calls, where the mode is entered, a module
+    # built inside or outside the compiled function, enabled or not.
+    explore(case, "empty_init", empty_init_programs, lambda program: check_empty_init_program(case, program, device),
+            pinned=PINNED_EMPTY_INIT)

@@ -32,7 +32,10 @@ import unittest.mock
 import pytest
 import torch
 
-from harness.casekit import need
+from harness.casekit import GraphRecorder, need
+from harness.properties import explore
+from programs.nested_compile import (
+    NestedProgram, check_compiled_fn_program, check_region_program, nested_programs)
 
 # invoke_subgraph's backward, run by eager autograd, looks for a fake mode that only tracing has:
 # torch 2.8.0 reads `fake_mode.shape_env` of None (torch/_higher_order_ops/invoke_subgraph.py,
@@ -49,24 +52,6 @@ REGION_DONATED_GRADIENT = pytest.mark.upstream_bug("pytorch/pytorch#193960", rai
 
 
 # --- helpers ---------------------------------------------------------------------------
-
-class GraphRecorder:
-    """A backend that keeps the graphs it gets, then compiles them with a named backend."""
-
-    def __init__(self, backend: str):
-        from torch._dynamo.backends.registry import lookup_backend
-
-        self.backend, self.graphs = lookup_backend(backend), []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return self.backend(gm, example_inputs)
-
-    def ops(self) -> list[str]:
-        """Names of the functions and methods the graphs call, sorted, without repeats."""
-        return sorted({n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
-                       for gm in self.graphs for n in gm.graph.nodes if n.op in ("call_function", "call_method")})
-
 
 def inner_fn(x):
     return torch.sin(x) * 2 + 1
@@ -358,3 +343,35 @@ def test_recompile_limit_in_nested_call(case, device, backend, fullgraph):
         case.check(over_ks(outer_of(inner)), x_on(device), compiled=over_ks(outer_c))
     case.record(limit_config=limit_name, limit=2, distinct_k=len(ks), backend_graphs=len(recorder.graphs))
     assert len(recorder.graphs) < len(ks), f"{len(recorder.graphs)} graphs for {len(ks)} values of k"
+
+
+# --- property cases (harness/properties.py): programs drawn around nested compile ---------------------
+
+# The hand-written case's program, always in the table.
+PINNED_NESTED = [NestedProgram(body=("sin", "mul2", "add1"), calls=2, flow="chain", tail="plus_input")]
+# Found by this property on 2.15 (inductor): `r0 = b(x); return r0 * b(r0 * x)` with b = sin gives a
+# wrong x gradient, with donated_buffer=False too (not #193960); no upstream report found (2026-11).
+PINNED_REGION = PINNED_NESTED + [NestedProgram(body=("sin",), calls=2, flow="reuse", tail="none", shape=(8,))]
+
+
+# A wrong gradient that donated_buffer=False rights (the mechanism of #193960).
+REGION_WRONG_GRADIENT = pytest.mark.upstream_bug(
+    "pytorch/pytorch#193960", raises="AssertionError",
+    match=r"^\[donated_buffer=False: right\] gradient \d+: Tensor-likes are not close")
+
+
+@pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
+@pytest.mark.parametrize("backend", [pytest.param("eager", marks=REGION_EAGER_FAKE_MODE), "aot_eager",
+                                     pytest.param("inductor", marks=REGION_WRONG_GRADIENT)])
+def test_property_nested_compile_region(case, device, backend, fullgraph):
+    # Programs that call a nested_compile_region (2.8+) 1-3 times, its outputs flowing on.
+    need("torch.compiler.nested_compile_region")
+    explore(case, "nested_compile_region", nested_programs,
+            lambda program: check_region_program(case, program, device, backend), pinned=PINNED_REGION)
+
+
+@pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
+def test_property_nested_compiled_fn(case, device, backend, fullgraph):
+    # The same programs, block a torch.compile'd function called from the compiled outer (inlined).
+    explore(case, "nested_compiled_fn", nested_programs,
+            lambda program: check_compiled_fn_program(case, program, device, backend), pinned=PINNED_NESTED)

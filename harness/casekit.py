@@ -233,3 +233,21 @@ class CaseRun(Case):
             if self.compared is not None:
                 expected, actual = self.compared
                 self.metrics["max_abs_diff"] = max_abs_diff(expected[0] + expected[1], actual[0] + actual[1])
+
+
+class GraphRecorder:
+    """A backend that keeps the graphs it gets, then compiles them with a named backend."""
+
+    def __init__(self, backend: str):
+        from torch._dynamo.backends.registry import lookup_backend
+
+        self.backend, self.graphs = lookup_backend(backend), []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return self.backend(gm, example_inputs)
+
+    def ops(self) -> list[str]:
+        """Names of the functions and methods the graphs call, sorted, without repeats."""
+        return sorted({n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
+                       for gm in self.graphs for n in gm.graph.nodes if n.op in ("call_function", "call_method")})

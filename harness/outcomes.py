@@ -148,9 +148,20 @@ def out_of_memory(exc: BaseException) -> bool:
                for e in exception_chain(exc))
 
 
+def leaf_exceptions(exc: BaseException) -> list[BaseException]:
+    """The exceptions an ExceptionGroup holds (a property case's distinct failures), else [exc]."""
+    if is_instance_named(exc, "BaseExceptionGroup") and getattr(exc, "exceptions", None):
+        return [leaf for inner in exc.exceptions for leaf in leaf_exceptions(inner)]
+    return [exc]
+
+
 def classify_exception(exc: BaseException, declared: list[Expected]) -> tuple[str, str | None]:
     """(outcome, the one reference it met) of a case that raised `exc` while running (not setting
-    up); `declared`: what the case declares for this torch version."""
+    up); `declared`: what the case declares for this torch version. A group of failures is
+    classified leaf by leaf: the most severe wins (one no declaration matches: `fail`)."""
+    leaves = leaf_exceptions(exc)
+    if len(leaves) > 1 or leaves[0] is not exc:
+        return max((classify_exception(leaf, declared) for leaf in leaves), key=lambda c: OUTCOMES[c[0]].severity)
     if out_of_memory(exc):
         return "crash", None
     for expected in declared:

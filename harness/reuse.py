@@ -4,8 +4,8 @@ it depends on has changed since.
 What a case depends on is keyed per family (one case file): the exact set of distributions installed
 in the session's environment (not the project's own), its interpreter, the machine facts compiled code
 depends on (inductor's vector ISA and the C++ compiler it builds with, not the CPU model's name; the
-GPU and its driver for a CUDA session), the
-family's file and cases/conftest.py, every harness module that runs in a session, and the options
+GPU and its driver for a CUDA session), the family's file and the modules under cases/ that are
+not case files (conftest.py, programs/), every harness module that runs in a session, and the options
 that change outcomes (time limit, reruns, memory limit). The keys of a run are kept in its
 environment record (`reuse_keys`); a family whose key is unchanged has its records carried over,
 each saying which run and commit measured it (`reused_from`). `error` records are never
@@ -128,11 +128,17 @@ def family_files() -> dict[str, pathlib.Path]:
     return {p.stem[len("test_"):]: p for p in sorted((ROOT / "cases").glob("test_*.py"))}
 
 
+def case_support() -> str:
+    """The digest of what every family may import besides the harness: cases/conftest.py and the
+    modules under cases/ that are not case files (the property cases' programs, cases/programs/)."""
+    files = [p for p in sorted((ROOT / "cases").rglob("*.py")) if not p.name.startswith("test_")]
+    return _digest({str(p.relative_to(ROOT / "cases")): _digest(p.read_bytes()) for p in files})
+
+
 def family_keys(spec: matrix.Session) -> dict[str, str]:
     """The reuse key of each family, computed in the session's environment."""
     shared = {"distributions": installed_packages(), "python": platform.python_implementation() + " " +
-              platform.python_version(), "machine": machine(spec), "conftest": _digest((ROOT / "cases" / "conftest.py")
-                                                                                       .read_bytes()),
+              platform.python_version(), "machine": machine(spec), "case_support": case_support(),
               "harness": harness_sources(), "options": options(spec)}
     return {family: _digest({**shared, "family": _digest(path.read_bytes())}) for family, path in family_files().items()}
 

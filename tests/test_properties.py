@@ -1,0 +1,66 @@
+"""harness.properties: the table draws the same bounded examples every time, runs all of them and
+raises what failed (several ways: a group the outcomes classify leaf by leaf); explore shrinks."""
+
+import pytest
+from hypothesis import strategies as st
+
+from harness import outcomes, properties
+
+
+class FakeCase:
+    def __init__(self, backend="aot_eager"):
+        self.backend, self.metrics = backend, {}
+
+    def record(self, **figures):
+        self.metrics.update(figures)
+
+
+def drawn(monkeypatch, explore_n=None, pinned=(), fails=lambda n: False):
+    if explore_n is None:
+        monkeypatch.delenv(properties.EXPLORE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(properties.EXPLORE_ENV, str(explore_n))
+        monkeypatch.setenv(properties.SEED_ENV, "7")
+    case, seen = FakeCase(), []
+
+    def check(n):
+        seen.append(n)
+        if fails(n):
+            raise AssertionError(f"example {n % 2} failed")
+    try:
+        properties.explore(case, "demo", st.integers(0, 1000), check, pinned=pinned)
+    except BaseException as exc:
+        return seen, case.metrics["property"], exc
+    return seen, case.metrics["property"], None
+
+
+def test_table_is_deterministic_bounded_and_runs_pinned_first(monkeypatch):
+    first, summary, _ = drawn(monkeypatch, pinned=[123])
+    again, _, _ = drawn(monkeypatch, pinned=[123])
+    assert first == again and first[0] == 123
+    assert summary["mode"] == "table" and summary["examples_run"] == len(first)
+    assert len(first) <= properties.TABLE_EXAMPLES["aot_eager"] + 1
+
+
+def test_table_runs_every_example_and_groups_distinct_failures(monkeypatch):
+    seen, summary, exc = drawn(monkeypatch, pinned=[2, 3], fails=lambda n: n in (2, 3))
+    assert len(seen) == summary["examples_run"] and summary["examples_failed"] == 2
+    assert [f["program"] for f in summary["failing_examples"]] == ["2", "3"]
+    assert outcomes.leaf_exceptions(exc) and len(outcomes.leaf_exceptions(exc)) == 2
+    even = outcomes.Expected("known", "ref#1", ("AssertionError",), "example 0")
+    assert outcomes.classify_exception(exc, [even]) == ("fail", None)  # one way is not declared: fail wins
+    both = outcomes.Expected("known", "ref#1", ("AssertionError",), "example")
+    assert outcomes.classify_exception(exc, [both]) == ("known", "ref#1")
+
+
+def test_explore_shrinks_and_records_the_seed(monkeypatch):
+    seen, summary, exc = drawn(monkeypatch, explore_n=50, fails=lambda n: n >= 10)
+    assert isinstance(exc, AssertionError) and summary["mode"] == "explore" and summary["seed"] == 7
+    assert summary["last_example"] == "10"  # hypothesis shrank to the smallest failing example
+    assert any("reproduce_failure" in note for note in summary["hypothesis_notes"])
+
+
+def test_a_wrong_explore_value_is_an_error(monkeypatch):
+    monkeypatch.setenv(properties.EXPLORE_ENV, "many")
+    with pytest.raises(ValueError):
+        properties.explore_examples()
