@@ -63,13 +63,17 @@ def mode_settings(name: str, backend: str) -> tuple[dict, hypothesis.settings, i
                                 **common), seed)
 
 
-def reset_dynamo() -> None:
-    """Each example starts where a fresh process would: no compiled code, no counters, no recompile limit reached."""
+def reset_example() -> None:
+    """Each example starts where a fresh process would: no compiled code, no counters, no recompile
+    limit reached, and the seed the matrix starts every case with (so that one example replayed
+    alone, by `repro`, draws the inputs it drew in the table)."""
+    import torch
     import torch._dynamo
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
+    torch.manual_seed(0)
 
 
 def error_line(exc: BaseException) -> str:
@@ -85,7 +89,7 @@ def explore(case, name: str, strategy, check, pinned=()) -> None:
     ran = []
 
     def run(program):
-        reset_dynamo()
+        reset_example()
         case.metrics.clear()
         ran.append(program)
         try:

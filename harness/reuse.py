@@ -90,12 +90,26 @@ def machine(spec: matrix.Session) -> dict:
     return facts
 
 
-def session_modules() -> list[pathlib.Path]:
-    """The harness modules a session's run loads: harness.plugin's imports, followed through the
-    package (read from the sources, so that nothing here needs torch)."""
+def case_imports() -> list[str]:
+    """The harness modules the files under cases/ import (casekit, properties)."""
     import ast
 
-    found, todo = set(), list(SESSION_ENTRIES)
+    names = set()
+    for path in (ROOT / "cases").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness."):
+                names.add(node.module.split(".")[1])
+            elif isinstance(node, ast.ImportFrom) and node.module == "harness":
+                names |= {alias.name for alias in node.names}
+    return sorted(names)
+
+
+def session_modules() -> list[pathlib.Path]:
+    """The harness modules a session's run loads: harness.plugin's imports and the cases' (casekit,
+    properties), followed through the package (read from the sources, so that nothing here needs torch)."""
+    import ast
+
+    found, todo = set(), list(SESSION_ENTRIES) + case_imports()
     while todo:
         name = todo.pop()
         path = ROOT / "harness" / f"{name}.py"
