@@ -30,6 +30,7 @@ import tempfile
 
 from harness import outcomes, records, sessions
 from harness.repro_issue import across_versions, issue_markdown
+from harness.repro_property import chosen_example
 from harness.repro_script import BLOCKED, MAX_LINES, ReproError, build_script, script_name
 
 __all__ = ["ReproError", "UnknownCase", "build_script", "script_name", "command", "collect", "run_script"]
@@ -202,6 +203,9 @@ def command(args) -> int:
         return check_session(args)
     python, session = _session_python(args)
     info = collect(python, [args.case])["cases"][args.case]
+    if session:  # a property case replays the failing example the session's record lists
+        _, record = records.find_case(records.results_path(records.results_dir(ROOT / "results"), session), args.case)
+        info["property_example"] = chosen_example(record, info["expected"])
     out = pathlib.Path(args.out) if args.out else records.results_dir(ROOT / "results") / "repro" / script_name(args.case)
     text = build_script(info)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -230,8 +234,11 @@ def check_session(args) -> int:
     0 when every outcome matches and every script is at most MAX_LINES lines."""
     python, session = _session_python(args)
     results = records.results_path(records.results_dir(ROOT / "results"), session)
-    recorded = {} if args.no_run else {r["case"]: r["outcome"] for r in records.read(results) if r["kind"] == "case"}
+    found = {} if args.no_run else {r["case"]: r for r in records.read(results) if r["kind"] == "case"}
+    recorded = {case_id: r["outcome"] for case_id, r in found.items()}
     collected = collect(python, ["*"])
+    for case_id, info in collected["cases"].items():
+        info["property_example"] = chosen_example(found.get(case_id), info["expected"])
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix=f"repro-{session}-"))
     out.mkdir(parents=True, exist_ok=True)
     lengths, mismatches, unexported, scripts = {}, [], [], {}

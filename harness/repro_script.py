@@ -1,6 +1,7 @@
 """The standalone script of one case (harness.repro): the case's test function called with its
-parameters as literals, the helpers of its module it uses, and harness/casekit.py's comparison,
-each cut down to what the case needs; its last line prints `OUTCOME: ...` as the matrix would."""
+parameters as literals, the helpers it uses (of its module, and of the modules under cases/ it imports
+them from), and harness/casekit.py's comparison, each cut down to what the case needs; its last line
+prints `OUTCOME: ...` as the matrix would. A property case replays one example (harness.repro_property)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import re
 import sys
 
 from harness import outcomes, sessions
+from harness.repro_property import with_example
 
 ROOT = sessions.ROOT
 CASEKIT = ROOT / "harness" / "casekit.py"
 MAX_LINES = 120
-BLOCKED = ("pytest", "_pytest", "harness")
+BLOCKED = ("pytest", "_pytest", "harness", "hypothesis")
+CASES = ROOT / "cases"
 
 
 class ReproError(Exception):
@@ -117,6 +120,12 @@ def _imported_module(statement: Statement) -> str:
     return (node.module or "") if isinstance(node, ast.ImportFrom) else node.names[0].name
 
 
+ASSUME = '''
+def assume(condition):
+    """The property's assumption about this torch (hypothesis.assume): the example does not apply."""
+    if not condition:
+        raise Skip("the example's assumption does not hold here")
+'''
 SKIP = '''
 class Skip(Exception):
     """The case cannot run on this torch or Lightning."""
@@ -164,6 +173,26 @@ def without_unused_methods(source: str, attributes: set) -> str:
     return "\n".join(line for number, line in enumerate(source.splitlines()) if number not in dropped) + "\n"
 
 
+def _support_file(statement: Statement) -> pathlib.Path | None:
+    """The module under cases/ (not a case file) an import statement takes names from, if any."""
+    if not isinstance(statement.node, ast.ImportFrom) or statement.node.level:
+        return None
+    path = CASES.joinpath(*_imported_module(statement).split(".")).with_suffix(".py")
+    return path if path.is_file() and not path.name.startswith("test_") else None
+
+
+def support_sources(source: str) -> list[str]:
+    """The sources of the cases/ modules `source` imports from (the property cases' programs, shared
+    declarations), theirs first: their helpers are carried like the case module's own."""
+    found: list[str] = []
+    for statement in statements(source):
+        path = _support_file(statement) if statement.is_import else None
+        if path is not None:
+            text = path.read_text()
+            found += [t for t in support_sources(text) + [text] if t not in found]
+    return found
+
+
 def script_name(case_id: str) -> str:
     return "repro_" + re.sub(r"[^0-9A-Za-z_.-]+", "_", case_id.replace("/", "__")).strip("_") + ".py"
 
@@ -186,13 +215,18 @@ def _arguments(info: dict, fixtures: set) -> list[str]:
 
 def build_script(info: dict) -> str:
     """The standalone script of a collected case (see the module docstring)."""
-    source = pathlib.Path(info["path"]).read_text()
     function = info["function"]
-    case_nodes = [s.node for s in needed(statements(source), {function} | set(info["argnames"]))]
-    source = without_unused_methods(source, _attributes(case_nodes))
+    source = with_example(pathlib.Path(info["path"]).read_text(), function, info.get("property_example"))
+    support = support_sources(source)
+    everything = [s for text in support for s in statements(text)] + statements(source)
+    case_nodes = [s.node for s in needed(everything, {function} | set(info["argnames"]))]
+    attributes = _attributes(case_nodes)
+    source = without_unused_methods(source, attributes)
+    support = [without_unused_methods(text, attributes) for text in support]
     own = {s.node.name: s for s in statements(source) if isinstance(s.node, ast.FunctionDef)}  # with docstrings
     found = [own.get(getattr(s.node, "name", None), s) if getattr(s.node, "name", None) == function else s
-             for s in statements(source, docstrings=False) if not (s.is_import and _imported_module(s).split(".")[0] in BLOCKED)]
+             for s in [s for text in support for s in statements(text, docstrings=False)] + statements(source, docstrings=False)
+             if not (s.is_import and (_imported_module(s).split(".")[0] in BLOCKED or _support_file(s)))]
     fixtures = {s.node.name for s in found if isinstance(s.node, ast.FunctionDef) and s.node.name in info["argnames"]
                 and s.node.name != function}
     case_code = needed(found, {function} | fixtures)
@@ -202,7 +236,7 @@ def build_script(info: dict) -> str:
     kit = statements(without_unused_methods(CASEKIT.read_text(), _attributes(s.node for s in case_code)),
                      docstrings=False)
     kit_code = [as_block(s) for s in needed([s for s in kit if not s.is_import],
-                                            {"Case"} | (uses & {"OpLog", "TOLERANCES"}))]
+                                            {"Case"} | (uses & {"OpLog", "TOLERANCES", "GraphRecorder"}))]
     case_code = [s if getattr(s.node, "name", None) == function else as_block(s) for s in case_code]
     names = {name for s in case_code + kit_code for name in s.uses}
     expected = [(e["kind"], e["ref"], tuple(e["raises"]), e["match"]) for e in info["expected"]]
@@ -212,7 +246,7 @@ def build_script(info: dict) -> str:
     guards = [f"if {s['condition']}:\n            raise Skip({s['reason']!r})" for s in info["skips"]]
     if "'cuda'" in params.values():
         guards.append("if not torch.cuda.is_available():\n            raise Skip('no CUDA device')")
-    skips = bool(guards) or "need" in uses
+    skips = bool(guards) or bool(uses & {"need", "assume"})
     stdlib = {"sys", "traceback"} | ({"re"} if expected else set()) | ({"importlib"} if "need" in uses else set()) \
         | ({"pathlib", "tempfile"} if "tmp_path" in info["argnames"] else set())
     imports = []
@@ -234,7 +268,8 @@ def build_script(info: dict) -> str:
         listed = "".join(f"\n    {e!r}," for e in expected) + "\n" if len(expected) > 1 else repr(expected[0])
         parts.append(f"EXPECTED = [{listed}]  # (outcome, reference, exception names, message pattern)")
     if skips:
-        parts.append(SKIP.strip() + ("\n" + NEED.strip() if "need" in uses else ""))
+        parts.append(SKIP.strip() + ("\n" + NEED.strip() if "need" in uses else "")
+                     + ("\n" + ASSUME.strip() if "assume" in uses else ""))
     parts.append("\n".join(s.text for s in kit_code))  # the comparison, carried as one block
     helpers = [s.text for s in case_code if not s.is_import and getattr(s.node, "name", None) != function]
     parts += ["\n".join(helpers)] + [s.text for s in case_code if getattr(s.node, "name", None) == function]
