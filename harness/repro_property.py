@@ -20,8 +20,8 @@ def _matches(error_line: str, declared: dict) -> bool:
     return kind in names and re.search(declared["match"] or "", message) is not None
 
 
-def chosen_example(record: dict | None, expected: list[dict]) -> str | None:
-    """The figures of the failing example that shows the cell's outcome: for `fail`, one that no
+def chosen_example(record: dict | None, expected: list[dict]) -> dict | None:
+    """The failing example (figures, program, error) that shows the cell's outcome: for `fail`, one that no
     declaration matches; for a declared outcome, one that its reference's declaration matches.
     None when the record lists none (a pass, or no record): the script then runs the first pinned one."""
     failing = (((record or {}).get("metrics") or {}).get("property") or {}).get("failing_examples") or []
@@ -31,8 +31,8 @@ def chosen_example(record: dict | None, expected: list[dict]) -> str | None:
     for example in failing:
         matched = [d for d in expected if _matches(example["error"], d)]
         if (outcome == "fail" and not matched) or any(d["ref"] == reference for d in matched):
-            return example["figures"]
-    return failing[0]["figures"]
+            return example
+    return failing[0]
 
 
 def explore_call(function: ast.FunctionDef) -> ast.Expr | None:
@@ -52,9 +52,18 @@ class _Substitute(ast.NodeTransformer):
         return self.value if node.id == self.name else node
 
 
-def with_example(source: str, function: str, example: str | None) -> str:
-    """`source` with `function`'s explore(...) call replaced by its check applied to `example` (an
-    expression: the figures of a recorded example), or to the first pinned example when None."""
+def header(example: dict | None) -> str:
+    """What the script's docstring says of a recorded example: the error it raised and its program."""
+    if not example:
+        return ""
+    program = "\n".join("    " + line for line in str(example.get("program", "")).splitlines())
+    text = f"\nThe property's failing example in the matrix ({example['error'][:200]}), its program:\n\n{program}\n"
+    return text.replace('"' * 3, "'" * 3)
+
+
+def with_example(source: str, function: str, example: dict | None) -> str:
+    """`source` with `function`'s explore(...) call replaced by its check applied to `example` (a
+    recorded one: its figures are an expression), or to the first pinned example when None."""
     tree = ast.parse(source)
     node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
     statement = explore_call(node)
@@ -68,7 +77,7 @@ def with_example(source: str, function: str, example: str | None) -> str:
             raise ValueError(f"{function}: no recorded failing example and no pinned one to replay")
         example_node = ast.Subscript(value=pinned, slice=ast.Constant(0), ctx=ast.Load())
     else:
-        example_node = ast.parse(example, mode="eval").body
+        example_node = ast.parse(example["figures"], mode="eval").body
     if isinstance(check, ast.Lambda) and len(check.args.args) == 1:
         replay = _Substitute(check.args.args[0].arg, example_node).visit(check.body)
     else:

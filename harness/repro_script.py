@@ -12,11 +12,12 @@ import re
 import sys
 
 from harness import outcomes, sessions
-from harness.repro_property import with_example
+from harness.repro_property import explore_call, header as property_header, with_example
 
 ROOT = sessions.ROOT
 CASEKIT = ROOT / "harness" / "casekit.py"
 MAX_LINES = 120
+MAX_LINES_PROPERTY = 180  # a property case carries its program's generator and check; `reduce` shortens it
 BLOCKED = ("pytest", "_pytest", "harness", "hypothesis")
 CASES = ROOT / "cases"
 
@@ -193,6 +194,13 @@ def support_sources(source: str) -> list[str]:
     return found
 
 
+def line_limit(info: dict) -> int:
+    """The most lines the export of a collected case should take (a property case carries more)."""
+    tree = ast.parse(pathlib.Path(info["path"]).read_text())
+    function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == info["function"])
+    return MAX_LINES_PROPERTY if explore_call(function) else MAX_LINES
+
+
 def script_name(case_id: str) -> str:
     return "repro_" + re.sub(r"[^0-9A-Za-z_.-]+", "_", case_id.replace("/", "__")).strip("_") + ".py"
 
@@ -261,7 +269,8 @@ def build_script(info: dict) -> str:
     backend = ast.literal_eval(params["backend"]) if params.get("backend") else "inductor"
     fullgraph = ast.literal_eval(params["fullgraph"]) if params.get("fullgraph") else False
     header = (f'"""`{info["case"]}`, eager against torch.compile (torch-compile-matrix, torch {info["torch"]}).\n'
-              "Case.check compares outputs, dtypes and gradients; the case's asserts check what the feature does.")
+              "Case.check compares outputs, dtypes and gradients; the case's asserts check what the feature does."
+              + property_header(info.get("property_example")))
     parts = [header + '"""', f"import {', '.join(sorted(stdlib))}\n" +
              "\n".join(sorted(imports, key=lambda i: (i.startswith("from "), i)))]
     if expected:  # the failures the matrix declares for this case

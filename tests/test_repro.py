@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from harness import records, repro, sessions, matrix
+from harness.repro_property import chosen_example
 from tests.conftest import ROOT
 
 
@@ -37,6 +38,8 @@ def sample(cases: dict) -> list[str]:
     pick(lambda c, info: "'cuda'" in info["params"].values())
     pick(lambda c, info: "tmp_path" in info["argnames"])
     pick(lambda c, info: "lightning" in repro.build_script(info))
+    # A property case that fails on the main job's torch: its script replays the recorded example.
+    pick(lambda c, info: c == "nested_compile/property_nested_compile_region[cpu-inductor-graphbreaks]")
     return picks
 
 
@@ -47,7 +50,7 @@ def test_every_case_exports_as_a_short_standalone_script(collected):
         lengths[case_id] = text.count("\n")
         assert "import pytest" not in text and "harness" not in text.split('"""', 2)[2], case_id
         assert f"`{case_id}`" in text.splitlines()[0]
-    over = {c: n for c, n in lengths.items() if n > repro.MAX_LINES}
+    over = {c: n for c, n in lengths.items() if n > repro.line_limit(collected[c])}
     assert not over, over
 
 
@@ -60,10 +63,16 @@ def test_scripts_print_the_outcome_the_matrix_records(collected, tmp_path):
     subprocess.run([sys.executable, *sessions.pytest_args(spec, [*nodeids, "-q", f"--results-dir={results}",
                                                                  "--session-name=probe"])],
                    cwd=ROOT, capture_output=True, text=True, timeout=1800, env=repro.clean_env())
-    recorded = {r["case"]: r["outcome"] for r in records.read(results / "probe.jsonl") if r["kind"] == "case"}
+    found = {r["case"]: r for r in records.read(results / "probe.jsonl") if r["kind"] == "case"}
+    recorded = {case_id: record["outcome"] for case_id, record in found.items()}
     for case_id in picks:
+        info = {**collected[case_id], "property_example": chosen_example(found[case_id], collected[case_id]["expected"])}
         path = tmp_path / repro.script_name(case_id)
-        path.write_text(repro.build_script(collected[case_id]))
+        text = repro.build_script(info)
+        path.write_text(text)
+        if info["property_example"]:  # the example itself, not hypothesis, and its program shown
+            assert "hypothesis" not in text and info["property_example"]["figures"] in text, text
+            assert info["property_example"]["program"].splitlines()[0] in text.split('"""', 2)[1]
         result = repro.run_script(sys.executable, path)  # pytest and the harness unimportable
         assert result["outcome"] == recorded[case_id], (case_id, result["output"][-3000:])
         code = {o: v.exit_code for o, v in repro.outcomes.OUTCOMES.items()}[result["outcome"]]
