@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib
 import os
+import pathlib
 import resource
 import sys
 import traceback
@@ -22,6 +24,8 @@ from _pytest.runner import runtestprotocol
 from harness import isolation, outcomes
 from harness.caseid import case_identity
 from harness.workerlog import WorkerLog
+
+CASES = pathlib.Path(__file__).resolve().parent.parent / "cases"
 
 RERUN_ON = {"fail", "error"}
 CASE_RUN = pytest.StashKey["CaseRun"]()
@@ -108,6 +112,38 @@ def warm_up(forking: bool) -> None:
         pass
     finally:
         torch._dynamo.reset()
+    for module in case_modules():  # else every forked child imports Lightning anew (about 1 s a case)
+        try:
+            importlib.import_module(module)
+        except Exception:  # not installed on this row: the case's need() skips, as it would have
+            pass
+
+
+def case_modules() -> list[str]:
+    """The modules the cases reach through `need("module.attr")` (Lightning, torch_geometric),
+    read from the case files' sources: imported by the warm-up, once per worker."""
+    import ast
+
+    found = set()
+    for path in sorted(CASES.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "need" and node.args \
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                module = node.args[0].value.rpartition(".")[0]
+                if module and module != "torch" and not module.startswith("torch."):
+                    found.add(module)
+    return sorted(found)
+
+
+def skipped_by_marks(item) -> bool:
+    """Whether the case's skip and skipif marks skip it: pytest then skips it before any fixture or
+    code of the case runs (its skipping plugin decides first, in setup)."""
+    from _pytest.skipping import evaluate_skip_marks
+
+    try:
+        return evaluate_skip_marks(item) is not None
+    except Exception:  # a condition that raises: let the attempt meet and record it
+        return False
 
 
 def rerun_count(item, default: int) -> int:
@@ -305,7 +341,12 @@ class CaseRunner:
         while True:
             if self.log is not None:
                 self.log.case_started(case_identity(item), time_limit(item))
-            reports, left = self.attempt_forked(item) if self.forking else self.attempt_here(item, nextitem)
+            if not self.forking:
+                reports, left = self.attempt_here(item, nextitem)
+            elif skipped_by_marks(item):  # no code of the case runs: no child to fork (CUDA variants here)
+                reports, left = self.attempt_here(item, None)
+            else:
+                reports, left = self.attempt_forked(item)
             leaked += [thing for thing in left if thing not in leaked]
             final = _outcome_of(reports)
             attempts.append({k: final[k] for k in ("outcome", "exc_type", "message")})
