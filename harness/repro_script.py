@@ -47,8 +47,14 @@ def _names(node) -> set:
 
 
 def _pytest_names(tree) -> set:
-    """`pytest` and the module's names bound to pytest objects (`te_bug = pytest.mark...`)."""
+    """`pytest` and the module's names bound to pytest objects (`te_bug = pytest.mark...`), its own
+    or imported from a cases/ support module (a shared declaration)."""
     names, changed = {"pytest"}, True
+    for node in tree.body:
+        support = _support_module(node)
+        if support is not None:
+            bound = _pytest_names(ast.parse(support.read_text()))
+            names |= {a.asname or a.name for a in node.names if a.name in bound}
     while changed:
         changed = False
         for node in tree.body:
@@ -174,12 +180,16 @@ def without_unused_methods(source: str, attributes: set) -> str:
     return "\n".join(line for number, line in enumerate(source.splitlines()) if number not in dropped) + "\n"
 
 
-def _support_file(statement: Statement) -> pathlib.Path | None:
-    """The module under cases/ (not a case file) an import statement takes names from, if any."""
-    if not isinstance(statement.node, ast.ImportFrom) or statement.node.level:
+def _support_module(node: ast.AST) -> pathlib.Path | None:
+    """The module under cases/ (not a case file) an import node takes names from, if any."""
+    if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
         return None
-    path = CASES.joinpath(*_imported_module(statement).split(".")).with_suffix(".py")
+    path = CASES.joinpath(*node.module.split(".")).with_suffix(".py")
     return path if path.is_file() and not path.name.startswith("test_") else None
+
+
+def _support_file(statement: Statement) -> pathlib.Path | None:
+    return _support_module(statement.node)
 
 
 def support_sources(source: str) -> list[str]:
