@@ -162,6 +162,53 @@ def test_crash(case):
     result.stdout.fnmatch_lines(["*FAILED*test_crash - Fatal Python error: Segmentation fault*"])
 
 
+def test_a_case_its_marks_skip_runs_in_the_worker_without_a_child(pytester, session_env):
+    # The skip condition writes the pid of the process that evaluates it: the worker decides, and
+    # a forked child, were there one, would evaluate it again under another pid.
+    pids = pytester.path / "pids"
+    path = pytester.makepyfile(test_planted=PLANTED_HEADER + f'''
+WORKER = os.getpid()  # collection runs in the worker
+
+
+def seen(name):
+    with open({str(pids)!r}, "a") as out:
+        out.write(f"{{name}} {{os.getpid()}} {{WORKER}}\\n")
+    return True
+
+
+@pytest.mark.skipif("seen('skipped')", reason="planted: skipped by its mark")
+def test_skipped(case):
+    pass
+
+
+def test_runs(case):
+    seen("ran")
+''')
+    run_session_command(pytester, path)
+    outcomes = {n: r["outcome"] for n, r in by_variant(case_records(path.parent / "results" / f"{SESSION.name}.jsonl")).items()}
+    assert outcomes == {"skipped": "skip", "runs": "pass"}, outcomes
+    lines = [line.split() for line in pids.read_text().splitlines()]
+    assert {pid == worker for name, pid, worker in lines if name == "skipped"} == {True}, lines
+    assert {pid == worker for name, pid, worker in lines if name == "ran"} == {False}, lines  # forked
+
+
+def test_the_warm_up_imports_what_the_cases_need(pytester, session_env):
+    from harness.runner import case_modules
+
+    needed = case_modules()
+    assert "lightning.fabric.utilities.init" in needed, needed  # cases/test_empty_init.py's need()
+    path = pytester.makepyfile(test_planted=PLANTED_HEADER + f'''
+import sys
+
+
+def test_already_imported(case):
+    assert "lightning.fabric.utilities.init" in sys.modules
+''')
+    run_session_command(pytester, path)
+    record = by_variant(case_records(path.parent / "results" / f"{SESSION.name}.jsonl"))["already_imported"]
+    assert record["outcome"] == "pass", record["message"]
+
+
 # --- a real family, through nox ------------------------------------------------------------------
 
 FAMILY = "cases/test_checkpoint.py"
