@@ -24,7 +24,7 @@ import nox
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # nox does not put it there
 
-from harness import envcheck, matrix, reuse, sessions
+from harness import envcheck, matrix, records, reuse, sessions
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -167,6 +167,8 @@ def reduce(session: nox.Session) -> None:
     """Reduce a case's export (or a script) to the smallest plain-torch script that still shows its bug (args: CASE_ID --session S [--time-limit 600] | --script SCRIPT --session S)."""
     session.run(sys.executable, "-m", "harness", "reduce", *session.posargs)
 
+
+@nox.session(venv_backend="none", default=False)
 def explore(session: nox.Session) -> None:
     """Draw many more examples for the property cases in one matrix session's venv, shrinking what fails; results in results/explore/ (args: SESSION [--examples N] [pytest args])."""
     from harness import properties
@@ -188,5 +190,6 @@ def explore(session: nox.Session) -> None:
     venv = sessions.ensure_venv(spec.name).parent.parent
     env = {**sessions.run_env(spec, venv), properties.EXPLORE_ENV: examples}
     select = [] if "-k" in args else ["-k", "property"]
+    explored = records.results_dir() / "explore"  # apart from the table's records
     session.run(str(venv / "bin" / "python"), *sessions.pytest_args(spec, [*select, "--results-dir",
-                                                                           "results/explore", *args]), env=env)
+                                                                           str(explored), *args]), env=env)

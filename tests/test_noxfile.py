@@ -160,3 +160,21 @@ def test_session_end_to_end(tmp_path, name):
     assert cases and end["kind"] == "end"
     ran = [c for c in cases if c["outcome"] != "skip"]
     assert ran and any(c["params"].get("backend") == "inductor" and c["metrics"].get("graphs") for c in ran)
+
+
+def test_explore_without_a_session_is_an_error():
+    result = nox("-s", "explore")
+    assert result.returncode != 0
+    assert "name a matrix session first" in result.stderr
+
+
+@pytest.mark.slow
+def test_explore_draws_the_asked_examples_into_results_explore(tmp_path):
+    result = nox("-s", "explore", "--", "cpu_torch215", "--examples", "2", "cases/test_checkpoint.py",
+                 "-k", "property_checkpoint and cpu-eager-graphbreaks", env={records.RESULTS_ENV: str(tmp_path)})
+    assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
+    assert not (tmp_path / "cpu_torch215.jsonl").exists()  # the table's records are left alone
+    cases = [r for r in records.read(tmp_path / "explore" / "cpu_torch215.jsonl") if r["kind"] == "case"]
+    assert [r["case"] for r in cases] == ["checkpoint/property_checkpoint[cpu-eager-graphbreaks]"]
+    summary = cases[0]["metrics"]["property"]
+    assert summary["mode"] == "explore" and summary["max_examples"] == 2, summary
