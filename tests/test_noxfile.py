@@ -170,8 +170,8 @@ def test_explore_without_a_session_is_an_error():
 
 @pytest.mark.slow
 def test_explore_draws_the_asked_examples_into_results_explore(tmp_path):
-    result = nox("-s", "explore", "--", "cpu_torch215", "--examples", "2", "cases/test_checkpoint.py",
-                 "-k", "property_checkpoint and cpu-eager-graphbreaks", env={records.RESULTS_ENV: str(tmp_path)})
+    result = nox("-s", "explore", "--", "cpu_torch215", "--examples", "2",
+                 "cases/test_checkpoint.py::test_property_checkpoint[cpu-graphbreaks-eager]", env={records.RESULTS_ENV: str(tmp_path)})
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
     assert not (tmp_path / "cpu_torch215.jsonl").exists()  # the table's records are left alone
     cases = [r for r in records.read(tmp_path / "explore" / "cpu_torch215.jsonl") if r["kind"] == "case"]
