@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from harness import preflight, records, repro, scriptrun, sessions
+from harness import preflight, records, reduce_passes, repro, scriptrun, sessions
 
 PLUMBING_NAMES = {"EXPECTED", "declared"}
 PATTERN_CHARACTERS = 400
@@ -173,13 +173,20 @@ def tidy(source: str) -> str:
 
 
 def minimize(source: str, test: Interestingness) -> tuple[str, bool]:
-    """(the smallest interesting source found, whether the reducer finished before the deadline),
-    tidied where the tidy version is interesting too."""
+    """(the smallest interesting source found, whether the reducer finished before the deadline):
+    pysource-minimize's deletions and harness.reduce_passes' rewrites in turn, tidied where the
+    tidy version is interesting too."""
     import pysource_minimize
 
     test.best = source
+    result, finished = source, True
     try:
-        result, finished = pysource_minimize.minimize(source, test), True
+        while True:  # deletions, then the rewrites that let more go, until neither finds anything
+            result = pysource_minimize.minimize(result, test)
+            rewritten = reduce_passes.improve(result, test)
+            if rewritten == result:
+                break
+            result = rewritten
     except TimeUp:
         result, finished = test.best, False
     if not test.cache.get(hashlib.sha256(result.encode()).hexdigest()):

@@ -197,7 +197,7 @@ def test_the_warm_up_imports_what_the_cases_need(pytester, session_env):
 
     needed = case_modules()
     assert "lightning.fabric.utilities.init" in needed, needed  # cases/test_empty_init.py's need()
-    path = pytester.makepyfile(test_planted=PLANTED_HEADER + f'''
+    path = pytester.makepyfile(test_planted=PLANTED_HEADER + '''
 import sys
 
 
