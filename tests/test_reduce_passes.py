@@ -17,6 +17,8 @@ def runs(source: str) -> dict:
 def test_a_tuple_assignment_is_split():
     out = first(reduce_passes.split_tuple_assignments("a, b = (1, 2)\nprint(a)\n"))
     assert out == "a = 1\nb = 2\nprint(a)\n"
+    out = first(reduce_passes.split_tuple_assignments("self.a, b = (1, 2)\n"))
+    assert out == "self.a = 1\nb = 2\n"
 
 
 def test_an_assignment_nothing_reads_goes_but_not_one_with_a_call():
