@@ -3,7 +3,7 @@ replaces nodes): each rewrite gives one candidate, which `reduce` keeps only if 
 test still holds, so a rewrite that changes what the script shows is never kept.
 
 - split_tuple_assignments: `a, b = (X, Y)` (the reducer's leftovers of two assignments; `self.a`
-  too) becomes `a = X` and `b = Y`, so that an unused half can go;
+  and nested tuples too) becomes `a = X` and `b = Y`, so that an unused half can go;
 - drop_unused_assignments: `name = value` whose name nothing reads, `value` a constant or a call-free
   expression;
 - drop_unused_parameters: a parameter its function never reads, with the argument every call gives it
@@ -57,7 +57,7 @@ def split_tuple_assignments(source: str) -> Iterator[str]:
         places = [(body, i) for body in _bodies(tree) for i, s in enumerate(body)
                   if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Tuple)
                   and isinstance(s.value, ast.Tuple) and len(s.targets[0].elts) == len(s.value.elts)
-                  and all(isinstance(t, (ast.Name, ast.Attribute)) for t in s.targets[0].elts)]
+                  and all(isinstance(t, (ast.Name, ast.Attribute, ast.Tuple)) for t in s.targets[0].elts)]
         if k >= len(places):
             return False
         body, i = places[k]

@@ -19,6 +19,8 @@ def test_a_tuple_assignment_is_split():
     assert out == "a = 1\nb = 2\nprint(a)\n"
     out = first(reduce_passes.split_tuple_assignments("self.a, b = (1, 2)\n"))
     assert out == "self.a = 1\nb = 2\n"
+    out = first(reduce_passes.split_tuple_assignments("(a, b), c = (f(), 2)\n"))
+    assert out == "a, b = f()\nc = 2\n"
 
 
 def test_an_assignment_nothing_reads_goes_but_not_one_with_a_call():
