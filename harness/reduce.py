@@ -30,6 +30,7 @@ import tempfile
 import time
 
 from harness import preflight, records, reduce_passes, repro, scriptrun, sessions
+from harness.repro_property import chosen_example
 
 PLUMBING_NAMES = {"EXPECTED", "declared"}
 PATTERN_CHARACTERS = 400
@@ -254,6 +255,11 @@ def command(args) -> int:
     passing_python = sessions.ensure_venv(passing, args.envdir) if passing else None
     if args.case:
         info = repro.collect(python, [args.case])["cases"][args.case]
+        example = chosen_example(record, info["expected"])
+        if example:  # a property case: the script replays that example, and the bug is the example's error
+            info["property_example"] = example
+            exception, _, message = example["error"].partition(": ")
+            record = {**record, "exc_type": exception, "message": message}
         full = repro.build_script(info)
         start, signature = strip_plumbing(full), signature_of(record, info["expected"])
         name = repro.script_name(args.case).replace("repro_", "reduced_", 1)
