@@ -54,6 +54,10 @@ def test_a_function_that_returns_or_is_called_twice_is_not_inlined():
     assert first(reduce_passes.inline_calls("def f():\n    def g():\n        return 1\n    print(g())\nf()\n"))
 
 
+def test_an_odd_float_becomes_a_plain_number():
+    assert list(reduce_passes.plain_numbers("f(7.006492321624087e-46, 1.0)\n")) == ["f(1.0, 1.0)\n", "f(2.0, 1.0)\n"]
+
+
 def test_improve_keeps_only_interesting_rewrites():
     source = "def check(x, unused):\n    assert x == 2, 'the figure'\ndef test(case):\n    check(case, 0)\ntest(2)\n"
 
