@@ -190,8 +190,9 @@ def minimize(source: str, test: Interestingness) -> tuple[str, bool]:
             result = rewritten
     except TimeUp:
         result, finished = test.best, False
-    if not test.cache.get(hashlib.sha256(result.encode()).hexdigest()):
-        result = test.best
+    size = lambda text: (line_count(text), len(text))  # noqa: E731
+    if not test.cache.get(hashlib.sha256(result.encode()).hexdigest()) or size(test.best) < size(result):
+        result = test.best  # a rewrite that split a line and let nothing go is not kept
     tidied = tidy(result)
     test.deadline = max(test.deadline, time.monotonic() + 120)  # one more check, past the limit if need be
     return (tidied if tidied == result or test(tidied) else result), finished
