@@ -138,11 +138,11 @@ class Interestingness:
 
     def __call__(self, source: str) -> bool:
         self.checks += 1
+        if time.monotonic() > self.deadline:  # cached answers too: a loop of them must end
+            raise TimeUp()
         key = hashlib.sha256(source.encode()).hexdigest()
         if key in self.cache:
             return self.cache[key]
-        if time.monotonic() > self.deadline:
-            raise TimeUp()
         failing = self._run(self.failing, source)
         interesting = self.signature.shown_by(failing)
         if interesting and self.passing is not None:
@@ -180,14 +180,12 @@ def minimize(source: str, test: Interestingness) -> tuple[str, bool]:
     import pysource_minimize
 
     test.best = source
-    result, finished = source, True
+    result, finished, seen = source, True, set()
     try:
-        while True:  # deletions, then the rewrites that let more go, until neither finds anything
-            result = pysource_minimize.minimize(result, test)
-            rewritten = reduce_passes.improve(result, test)
-            if rewritten == result:
-                break
-            result = rewritten
+        while result not in seen:  # deletions, then the rewrites that let more go, until neither finds anything
+            seen.add(result)
+            result = reduce_passes.improve(pysource_minimize.minimize(result, test), test)
+        result = reduce_passes.improve(result, test, reduce_passes.FINAL_PASSES)
     except TimeUp:
         result, finished = test.best, False
     size = lambda text: (line_count(text), len(text))  # noqa: E731

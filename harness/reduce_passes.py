@@ -210,15 +210,17 @@ def plain_numbers(source: str) -> Iterator[str]:
     return _each(source, rewrite)
 
 
-PASSES = (split_tuple_assignments, drop_unused_assignments, drop_unused_parameters, inline_calls, plain_numbers)
+PASSES = (split_tuple_assignments, drop_unused_assignments, drop_unused_parameters, inline_calls)
+# Last, once: pysource-minimize shrinks numbers again, so inside the loop the two would undo each other.
+FINAL_PASSES = (plain_numbers,)
 
 
-def improve(source: str, interesting: Callable[[str], bool]) -> str:
-    """`source` rewritten by the passes, one interesting candidate at a time, until none is."""
+def improve(source: str, interesting: Callable[[str], bool], passes=PASSES) -> str:
+    """`source` rewritten by `passes`, one interesting candidate at a time, until none is."""
     changed = True
     while changed:
         changed = False
-        for rewrite in PASSES:
+        for rewrite in passes:
             for candidate in rewrite(source):
                 if candidate != source and interesting(candidate):
                     source, changed = candidate, True
