@@ -117,6 +117,11 @@ def line_count(source: str) -> int:
     return len([line for line in source.splitlines() if line.strip()])
 
 
+def size(source: str) -> tuple[int, int]:
+    """What a smaller candidate has less of: lines, then characters."""
+    return line_count(source), len(source)
+
+
 class Interestingness:
     """The test a candidate must pass, with its runs cached by the candidate's text."""
 
@@ -148,8 +153,7 @@ class Interestingness:
         if interesting and self.passing is not None:
             interesting = self._run(self.passing, source).outcome == "pass"
         self.cache[key] = interesting
-        if interesting and (self.best is None or (line_count(source), len(source)) < (line_count(self.best),
-                                                                                       len(self.best))):
+        if interesting and (self.best is None or size(source) < size(self.best)):
             self.best = source
         elapsed = time.monotonic() - self.started
         print(f"[{elapsed:6.1f} s] check {self.checks:4d} ({self.runs} runs): {line_count(source):4d} lines "
@@ -188,7 +192,6 @@ def minimize(source: str, test: Interestingness) -> tuple[str, bool]:
         result = reduce_passes.improve(result, test, reduce_passes.FINAL_PASSES)
     except TimeUp:
         result, finished = test.best, False
-    size = lambda text: (line_count(text), len(text))  # noqa: E731
     if not test.cache.get(hashlib.sha256(result.encode()).hexdigest()) or size(test.best) < size(result):
         result = test.best  # a rewrite that split a line and let nothing go is not kept
     tidied = tidy(result)

@@ -188,16 +188,12 @@ def _support_module(node: ast.AST) -> pathlib.Path | None:
     return path if path.is_file() and not path.name.startswith("test_") else None
 
 
-def _support_file(statement: Statement) -> pathlib.Path | None:
-    return _support_module(statement.node)
-
-
 def support_sources(source: str) -> list[str]:
     """The sources of the cases/ modules `source` imports from (the property cases' programs, shared
     declarations), theirs first: their helpers are carried like the case module's own."""
     found: list[str] = []
     for statement in statements(source):
-        path = _support_file(statement) if statement.is_import else None
+        path = _support_module(statement.node)
         if path is not None:
             text = path.read_text()
             found += [t for t in support_sources(text) + [text] if t not in found]
@@ -244,7 +240,7 @@ def build_script(info: dict) -> str:
     own = {s.node.name: s for s in statements(source) if isinstance(s.node, ast.FunctionDef)}  # with docstrings
     found = [own.get(getattr(s.node, "name", None), s) if getattr(s.node, "name", None) == function else s
              for s in [s for text in support for s in statements(text, docstrings=False)] + statements(source, docstrings=False)
-             if not (s.is_import and (_imported_module(s).split(".")[0] in BLOCKED or _support_file(s)))]
+             if not (s.is_import and (_imported_module(s).split(".")[0] in BLOCKED or _support_module(s.node)))]
     fixtures = {s.node.name for s in found if isinstance(s.node, ast.FunctionDef) and s.node.name in info["argnames"]
                 and s.node.name != function}
     case_code = needed(found, {function} | fixtures)
