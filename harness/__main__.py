@@ -39,7 +39,8 @@ def report(args) -> int:
 
     dirs = args.dirs or ["results"]
     expect = list(dict.fromkeys(name for item in args.expect or [] for name in re.split(r"[,\s]+", item) if name))
-    data = reporting.build(dirs, args.baseline, expect=expect, fail_on_regression=args.fail_on_regression)
+    data = reporting.build(dirs, args.baseline, expect=expect, fail_on_regression=args.fail_on_regression,
+                           previous_dirs=args.previous, previous_unavailable=args.previous_unavailable)
     out = pathlib.Path(args.out or dirs[0])
     for path in reporting.write(data, out):
         print(f"wrote {path}")
@@ -52,6 +53,9 @@ def report(args) -> int:
         print(f"note: {note}")
     for reason in result["reasons"]:
         print(f"fails: {reason}")
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        for line in reporting.annotations(data):
+            print(line)
     return result["status"]
 
 
@@ -130,6 +134,10 @@ def parser() -> argparse.ArgumentParser:
     rep = commands.add_parser("report", help="merge results files into REPORT.md, report.html, report.json")
     rep.add_argument("dirs", nargs="*", metavar="DIR", help="directories of *.jsonl results (default: results)")
     rep.add_argument("--baseline", nargs="+", metavar="DIR", help="results of an earlier run to compare with")
+    rep.add_argument("--previous", nargs="+", metavar="DIR",
+                     help="results of the run before, compared for information only (never sets the exit status)")
+    rep.add_argument("--previous-unavailable", metavar="REASON",
+                     help="the run before could not be fetched: the report states why, and exits 1")
     rep.add_argument("--out", metavar="DIR", help="where the report goes (default: the first DIR)")
     rep.add_argument("--expect", nargs="+", metavar="SESSION", default=[],
                      help="sessions that should have produced results: exit 1 when one has no results file or is "

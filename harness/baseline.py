@@ -47,25 +47,46 @@ def status(session: SessionResult, case: str, then: str, now: str) -> str | None
 
 def compare(current: list[SessionResult], baseline: list[SessionResult]) -> dict:
     """Each case of each session present now, against the same session in the baseline. A record
-    that skipped for an absent device counts as not run."""
+    that skipped for an absent device counts as not run, and so does a family the session did not
+    run at all (a run narrowed to some families says nothing of the others). A session whose torch
+    build differs from its baseline's is not compared case by case: like with like only."""
     base = {s.name: s for s in baseline}
-    rows = []
+    rows, builds_differ = [], []
     for session in current:
         old = base.get(session.name)
-        for case in sorted(set(session.cases) | set(old.cases)) if old else ():
+        if old is not None and old.torch != session.torch:
+            builds_differ.append({"session": session.name, "baseline": old.torch, "now": session.torch})
+            continue
+        families = {record.get("family") for record in session.cases.values()}
+        for case in sorted(set(session.cases) | {c for c, r in old.cases.items() if r.get("family") in families}
+                           ) if old else ():
             then, now = _outcome(old, case), _outcome(session, case)
             found = status(session, case, then, now)
             if found:
+                record = session.cases.get(case) or {}
                 rows.append({"session": session.name, "case": case, "status": found, "baseline": then, "now": now,
-                             "message": first_line((session.cases.get(case) or {}).get("message"))})
+                             "message": first_line(record.get("message")), "location": record.get("location")})
     order = {name: i for i, name in enumerate(COMPARISONS)}
     rows.sort(key=lambda r: (order[r["status"]], r["session"], r["case"]))
     now_names = {s.name for s in current}
     return {"sessions": [s.name for s in baseline], "rows": rows,
             "counts": {name: sum(1 for r in rows if r["status"] == name) for name in COMPARISONS},
-            "meaning": COMPARISON_MEANING,
+            "meaning": COMPARISON_MEANING, "builds_differ": builds_differ,
             "not_in_baseline": [s.name for s in current if s.name not in base],
             "missing_now": [b.name for b in baseline if b.name not in now_names]}
+
+
+def worse(row: dict) -> bool:
+    """A change for the worse: a case that regressed, or a new (or newly run) case that fails hard."""
+    return row["status"] == "regressed" or (row["status"] in ("new", "newly failing") and row["now"] in HARD)
+
+
+def describe(row: dict) -> str:
+    what = {"regressed": "regressed", "new": "new case fails",
+            "newly failing": "fails, skipped or flaky in the baseline"}[row["status"]]
+    message = first_line(row["message"], 200)
+    change = row["now"] if row["status"] == "new" else f"{row['baseline']} -> {row['now']}"
+    return f"{row['session']}: {row['case']}: {what}: {change}" + (f" ({message})" if message else "")
 
 
 def verdict(data: dict, expect=(), fail_on_regression: bool = True) -> dict:
@@ -84,13 +105,14 @@ def verdict(data: dict, expect=(), fail_on_regression: bool = True) -> dict:
         if not session["complete"] and session["name"] not in expect:
             notes.append(f"session {session['name']} is {session['state']}")
     for row in (data["baseline"] or {}).get("rows", []):
-        if row["status"] == "regressed" or (row["status"] in ("new", "newly failing") and row["now"] in HARD):
-            what = {"regressed": "regressed", "new": "new case fails",
-                    "newly failing": "fails, skipped or flaky in the baseline"}[row["status"]]
-            message = first_line(row["message"], 200)
-            change = row["now"] if row["status"] == "new" else f"{row['baseline']} -> {row['now']}"
-            text = f"{row['session']}: {row['case']}: {what}: {change}" + (f" ({message})" if message else "")
-            (reasons if fail_on_regression else notes).append(text)
+        if worse(row):
+            (reasons if fail_on_regression else notes).append(describe(row))
+    for differ in (data["baseline"] or {}).get("builds_differ", []):
+        (reasons if fail_on_regression else notes).append(
+            f"{differ['session']}: the baseline was measured on torch {differ['baseline']}, this run on torch "
+            f"{differ['now']}: not compared (run the baseline's build, or measure and commit the new one)")
+    if data.get("previous_unavailable"):
+        reasons.append(f"the previous nightly could not be fetched: {data['previous_unavailable']}")
     if not fail_on_regression and data["baseline"] is not None:
         notes.append("--no-fail-on-regression: changes against the baseline do not set the exit status")
     checked = []

@@ -30,13 +30,19 @@ REUSED_MARK = "↺"
 SECTIONS = (("failing", "Failing on the newest torch"), ("known", "Known bugs and documented limitations"),
             ("transitions", "Regressions and fixes between torch versions"),
             ("other-environments", "Other environments of a row"), ("baseline", "Against the baseline"),
+            ("previous", "Against the previous run (for information)"),
             ("sessions", "Sessions"), ("matrix", "Matrix"))
 MD_LINE_LIMIT = 380
 
 
-def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool = True) -> dict:
+def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool = True, previous_dirs=None,
+          previous_unavailable: str | None = None) -> dict:
+    """`baseline_dirs`: what the runs are held to (the nightly's: the committed table); `previous_dirs`:
+    an informational comparison (the night before), which never sets the exit status, or
+    `previous_unavailable`: why it could not be had, which does."""
     sessions = analysis.load_dirs(directories)
     earlier = analysis.load_dirs(baseline_dirs) if baseline_dirs else None
+    night_before = analysis.load_dirs(previous_dirs) if previous_dirs else None
     case_ids, rows = analysis.grid(sessions)
     data = {
         "schema": records.SCHEMA_VERSION,
@@ -50,6 +56,8 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
         "transitions": analysis.transitions(sessions, case_ids),
         "other_environments": analysis.other_environments(sessions, case_ids),
         "baseline": against.compare(sessions, earlier) if earlier is not None else None,
+        "previous": against.compare(sessions, night_before) if night_before is not None else None,
+        "previous_unavailable": previous_unavailable,
         "expected": list(expect),
     }
     data["reused"] = sum(s["reused"] for s in data["sessions"])
@@ -162,3 +170,17 @@ def write(data: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
         records.write_atomically(path, text)
         paths.append(path)
     return paths
+
+
+def annotations(data: dict) -> list[str]:
+    """GitHub's `::error` workflow commands, one per cell that changed for the worse against the
+    baseline, on the case's file and line, so the check run points at the case."""
+    found = []
+    for row in (data["baseline"] or {}).get("rows", []):
+        if not against.worse(row):
+            continue
+        where = row.get("location") or {}
+        place = f"file={where['file']},line={where['line']}," if where.get("file") else ""
+        text = against.describe(row).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+        found.append(f"::error {place}title={row['status']} against the baseline::{text}")
+    return found

@@ -82,8 +82,9 @@ def matrix(tmp_path):
 
 
 def run_cli(*args, env=None):
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}  # as off a runner, unless given
     return subprocess.run([sys.executable, "-m", "harness", "report", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})})
+                          capture_output=True, text=True, env={**plain, **(env or {})})
 
 
 def section(text, heading):
@@ -362,6 +363,61 @@ def test_regressions_and_new_failing_cases_fail_the_report(tmp_path):
     write_session(base, "cpu_torch25", "2.5.1", {CK: "pass", TE: "known", NEST: "fail", OLD: "fail", PARAM: "pass"})
     same = run_cli(now, "--baseline", base, "--out", tmp_path / "out")
     assert same.returncode == 0, same.stdout  # failing as yesterday: the failures section shows it, not the status
+
+
+def test_a_run_narrowed_to_some_families_is_compared_on_those_families_only(tmp_path):
+    now, base = tmp_path / "now", tmp_path / "base"
+    write_session(now, "cpu_torch25", "2.5.1", {CK: "pass", TE: "known"})  # the checkpoint family alone
+    write_session(base, "cpu_torch25", "2.5.1", {CK: "pass", TE: "known", "checkpoint/gone[cpu-eager-fullgraph]": "pass",
+                                                 NEST: "fail", PARAM: "pass"})
+    data = report.build([now], [base])
+    assert [(r["case"], r["status"]) for r in data["baseline"]["rows"]] == [
+        ("checkpoint/gone[cpu-eager-fullgraph]", "removed")]  # its family ran: a case gone from it is news
+    assert data["verdict"]["status"] == 0
+
+
+def test_a_session_on_another_torch_build_than_its_baseline_is_not_compared_and_fails(tmp_path):
+    now, base = tmp_path / "now", tmp_path / "base"
+    write_session(now, "cpu_torch25", "2.5.1+cpu", {CK: "fail"})
+    write_session(base, "cpu_torch25", "2.5.1+cu124", {CK: "pass"})
+    result = run_cli(now, "--baseline", base, "--out", tmp_path / "out")
+    assert result.returncode == 1
+    assert [line for line in result.stdout.splitlines() if line.startswith("fails:")] == [
+        "fails: cpu_torch25: the baseline was measured on torch 2.5.1+cu124, this run on torch 2.5.1+cpu: not compared "
+        "(run the baseline's build, or measure and commit the new one)"]
+    assert "**regressed**" not in (tmp_path / "out" / "REPORT.md").read_text()
+
+
+def test_the_previous_run_is_for_information_and_its_absence_is_stated(tmp_path):
+    now, table, night = tmp_path / "now", tmp_path / "table", tmp_path / "night"
+    write_session(now, "cpu_torch25", "2.5.1", {CK: "fail", OLD: "pass"})
+    write_session(table, "cpu_torch25", "2.5.1", {CK: "fail", OLD: "pass"})  # committed: CK fails, still
+    write_session(night, "cpu_torch25", "2.5.1", {CK: "pass", OLD: "pass"})
+    done = run_cli(now, "--baseline", table, "--previous", night, "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stdout  # CK regressed since last night, but it is what the table holds
+    text = (tmp_path / "out" / "REPORT.md").read_text()
+    assert f"| cpu_torch25 | `{CK}` | **regressed** | pass | fail |" in section(
+        text, "## Against the previous run (for information)")
+    assert 'id="previous"' in (tmp_path / "out" / "report.html").read_text()
+    gone = run_cli(now, "--baseline", table, "--previous-unavailable", "GET https://api.github.com/x: 502 Server Error",
+                   "--out", tmp_path / "out")
+    assert gone.returncode == 1
+    assert "fails: the previous nightly could not be fetched: GET https://api.github.com/x: 502 Server Error" in gone.stdout
+    assert "The previous run could not be fetched: GET" in (tmp_path / "out" / "REPORT.md").read_text()
+
+
+def test_a_change_for_the_worse_is_annotated_on_the_cases_file_and_line(tmp_path):
+    now, base = tmp_path / "now", tmp_path / "base"
+    where = {"file": "cases/test_checkpoint.py", "line": 42}
+    write_session(now, "cpu_torch25", "2.5.1", {CK: {"outcome": "fail", "message": "50% off\nsecond", "location": where},
+                                                TE: {"outcome": "known", "location": where}})
+    write_session(base, "cpu_torch25", "2.5.1", {CK: "pass", TE: "known"})
+    done = run_cli(now, "--baseline", base, "--out", tmp_path / "out", env={"GITHUB_ACTIONS": "true"})
+    assert done.returncode == 1
+    assert [line for line in done.stdout.splitlines() if line.startswith("::")] == [
+        f"::error file=cases/test_checkpoint.py,line=42,title=regressed against the baseline::cpu_torch25: {CK}: "
+        "regressed: pass -> fail (50%25 off)"]  # the known cell that stayed known: no annotation
+    assert "::error" not in run_cli(now, "--baseline", base, "--out", tmp_path / "out").stdout  # off a runner
 
 
 @pytest.mark.parametrize(

@@ -243,75 +243,105 @@ def test_aggregate_passes_expected_sessions_to_the_report(tmp_path):
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
-# --- the baseline: the last scheduled nightly of the default branch with results for the session ---
+# --- the previous nightly: the last scheduled nightly of the default branch with the session's results ---
 
-# Newest first, as `gh run list` lists them: (id, event, branch, artifacts).
+def jsonl(session, run):
+    return {f"{session}.jsonl": f"{run}\n"}
+
+
+# Newest first, as the API lists them.
 RUNS = [
-    (900, "schedule", "main", ["results-cpu_torch215"]),       # this run: never its own baseline
-    (880, "workflow_dispatch", "main", ["results-cpu_torch215"]),  # narrowed by a tag, perhaps
-    (860, "schedule", "feature", ["results-cpu_torch215"]),    # another branch
-    (840, "schedule", "main", ["report"]),                     # finished, failed early: no results
-    (820, "schedule", "main", ["results-cpu_torch25"]),        # results, but not for cpu_torch215
-    (800, "schedule", "main", ["results-cpu_torch215", "report"]),  # finished red, with results
-    (700, "schedule", "main", ["results-cpu_torch215"]),
+    {"id": 900, "event": "schedule", "head_branch": "main", "artifacts": {"results-cpu_torch215": jsonl("cpu_torch215", 900)}},  # this run
+    {"id": 880, "event": "workflow_dispatch", "head_branch": "main",  # narrowed by a tag, perhaps
+     "artifacts": {"results-cpu_torch215": jsonl("cpu_torch215", 880)}},
+    {"id": 860, "event": "schedule", "head_branch": "feature", "artifacts": {"results-cpu_torch215": jsonl("x", 860)}},
+    {"id": 840, "event": "schedule", "head_branch": "main", "artifacts": {"report": {"REPORT.md": ""}}},  # no results
+    {"id": 820, "event": "schedule", "head_branch": "main", "artifacts": {"results-cpu_torch25": jsonl("cpu_torch25", 820),
+                                                                          "results-cpu_torch24": jsonl("cpu_torch24", 820)},
+     "expired": ["results-cpu_torch24"]},
+    {"id": 800, "event": "schedule", "head_branch": "main", "conclusion": "failure",  # red, with results
+     "artifacts": {"results-cpu_torch215": jsonl("cpu_torch215", 800), "report": {"REPORT.md": ""}}},
+    {"id": 700, "event": "schedule", "head_branch": "main", "artifacts": {"results-cpu_torch215": jsonl("cpu_torch215", 700),
+                                                                          "results-cpu_torch24": jsonl("cpu_torch24", 700)}},
 ]
 
-FAKE_GH = """#!/usr/bin/env python3
-# gh run list --event E --branch B ... / gh api repos/R/actions/runs/ID/artifacts ... / gh run download ID -n NAME -D DIR
-import json, os, pathlib, sys
-runs = json.loads(os.environ["FAKE_RUNS"])
-args = sys.argv[1:]
-def value(flag):
-    return args[args.index(flag) + 1] if flag in args else None
-if args[:2] == ["run", "list"]:
-    for run_id, event, branch, _ in runs:
-        if value("--event") in (None, event) and value("--branch") in (None, branch):
-            print(run_id)
-elif args[0] == "api":
-    run_id = int(args[1].split("/runs/")[1].split("/")[0])
-    print("\\n".join(next(names for i, _, _, names in runs if i == run_id)))
-elif args[:2] == ["run", "download"]:
-    target = pathlib.Path(value("-D"))
-    target.mkdir(parents=True)
-    (target / (value("-n")[len("results-"):] + ".jsonl")).write_text(args[2])
-"""
+
+def nightly_runs(api, *args, this_run="900", **env):
+    return subprocess.run([sys.executable, str(SCRIPTS / "nightly_runs.py"), *args], capture_output=True, text=True,
+                          timeout=120, check=False,
+                          env=clean_env(GITHUB_API_URL=api.url, GH_REPO=api.repo, GH_TOKEN="t", THIS_RUN=this_run, **env))
 
 
-def fake_gh(tmp_path, runs=RUNS):
-    (tmp_path / "gh").write_text(FAKE_GH)
-    (tmp_path / "gh").chmod(0o755)
-    return clean_env(PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}", GH_REPO="o/r", THIS_RUN="900",
-                     DEFAULT_BRANCH="main", FAKE_RUNS=json.dumps(runs))
+def outputs(text):
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
-@pytest.mark.parametrize(("session", "expected"), [("cpu_torch215", "run=800\n"), ("cpu_torch25", "run=820\n"),
-                                                   ("cpu_torch26", "run=\n"), (None, "run=820\n")])
-def test_the_baseline_is_the_last_scheduled_nightly_of_the_default_branch_with_the_sessions_results(
-        tmp_path, session, expected):
-    done = subprocess.run(["bash", str(SCRIPTS / "previous_nightly.sh"), *([session] if session else [])],
-                          capture_output=True, text=True, env=fake_gh(tmp_path), check=False)
+def test_the_previous_nightly_is_the_last_scheduled_run_of_the_default_branch_with_the_sessions_results():
+    from tests.fake_github import FakeGitHub
+
+    with FakeGitHub(RUNS, default_branch="main") as api:
+        done = nightly_runs(api, "find", "cpu_torch215", "cpu_torch25", "cpu_torch24", "cpu_torch26")
     assert done.returncode == 0, done.stderr
-    assert done.stdout == expected  # whatever its conclusion: the report alone decides the colour
+    found = outputs(done.stdout)
+    assert found["default_branch"] == "main" and found["previous_error"] == ""
+    previous = json.loads(found["previous"])
+    # whatever its conclusion; never a dispatched run, another branch's or this run; an expired artifact is skipped
+    assert {session: entry["run"] for session, entry in previous.items()} == {
+        "cpu_torch215": 800, "cpu_torch25": 820, "cpu_torch24": 700}
+    assert "cpu_torch26: no earlier scheduled nightly of main with its results" in done.stderr
+    # the runs listed once, each run's artifacts once for all sessions
+    artifact_lists = [path for path in api.requests if path.endswith("/artifacts")]
+    assert len(artifact_lists) == len(set(artifact_lists)), api.requests
 
 
-def test_each_session_gets_its_own_baseline(tmp_path):
-    done = subprocess.run(["bash", str(SCRIPTS / "download_previous.sh"), str(tmp_path / "baseline"), "cpu_torch215",
-                           "cpu_torch25", "cpu_torch26"], capture_output=True, text=True, env=fake_gh(tmp_path),
-                          check=False)
+def test_the_default_branch_comes_from_the_api_not_the_event_payload():
+    from tests.fake_github import FakeGitHub
+
+    runs = [dict(run, head_branch={"main": "trunk"}.get(run["head_branch"], run["head_branch"])) for run in RUNS]
+    with FakeGitHub(runs, default_branch="trunk") as api:
+        done = nightly_runs(api, "find", "cpu_torch215")
+    assert outputs(done.stdout)["default_branch"] == "trunk"
+    assert json.loads(outputs(done.stdout)["previous"])["cpu_torch215"]["run"] == 800
+
+
+@pytest.mark.parametrize(("fail", "said"), [({"/repos/owner/project/actions": 403}, "403 API rate limit exceeded"),
+                                            ({"/repos/owner/project": 401}, "401 Bad credentials"),
+                                            ({"/repos/owner/project/actions/runs/800": 502}, "502 Server Error")],
+                         ids=["rate-limit", "bad-token", "server-error"])
+def test_an_api_error_is_stated_never_no_earlier_run(fail, said):
+    from tests.fake_github import FakeGitHub
+
+    with FakeGitHub(RUNS, fail=fail) as api:
+        done = nightly_runs(api, "find", "cpu_torch215")
+    assert done.returncode == 0, done.stderr  # the nightly still runs every case; the report states the error
+    found = outputs(done.stdout)
+    assert said in found["previous_error"] and found["previous"] == "{}", found
+    assert "\n" not in found["previous_error"]
+
+
+def test_each_session_downloads_its_own_previous_results(tmp_path):
+    from tests.fake_github import FakeGitHub
+
+    with FakeGitHub(RUNS) as api:
+        found = outputs(nightly_runs(api, "find", "cpu_torch215", "cpu_torch25", "cpu_torch26").stdout)
+        done = nightly_runs(api, "download", str(tmp_path), found["previous"], "cpu_torch215", "cpu_torch25",
+                            "cpu_torch26")
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "baseline" / "results-cpu_torch215" / "cpu_torch215.jsonl").read_text() == "800"
-    assert (tmp_path / "baseline" / "results-cpu_torch25" / "cpu_torch25.jsonl").read_text() == "820"
-    assert not (tmp_path / "baseline" / "results-cpu_torch26").exists()
+    assert (tmp_path / "results-cpu_torch215" / "cpu_torch215.jsonl").read_text() == "800\n"
+    assert (tmp_path / "results-cpu_torch25" / "cpu_torch25.jsonl").read_text() == "820\n"
+    assert not (tmp_path / "results-cpu_torch26").exists()
     assert "cpu_torch26: no earlier scheduled nightly with its results" in done.stdout
 
 
-def test_the_nightly_takes_baseline_and_reuse_from_the_default_branch():
-    nightly = load("nightly.yml")
-    assert nightly["env"]["DEFAULT_BRANCH"] == "${{ github.event.repository.default_branch }}"
-    for job in ("session", "aggregate"):
-        runs = "\n".join(step.get("run", "") for step in nightly["jobs"][job]["steps"])
-        assert "download_previous.sh" in runs, job
-    assert "previous_nightly" not in json.dumps(nightly["jobs"]["sessions"])  # one source per session, not per run
+def test_a_download_that_fails_says_so(tmp_path):
+    from tests.fake_github import FakeGitHub
+
+    with FakeGitHub(RUNS, fail={"/repos/owner/project/actions/artifacts": 404}) as api:
+        done = nightly_runs(api, "download", str(tmp_path), '{"cpu_torch215": {"run": 800, "artifact": 6}}',
+                            "cpu_torch215")
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: the previous nightly's results could not be downloaded: GET ")
+    assert "404 Not Found" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
 # --- permissions, pins, triggers, timeouts ---

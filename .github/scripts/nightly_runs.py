@@ -1,0 +1,100 @@
+"""The last scheduled nightly of the default branch with results for each session: the records a
+session reuses and the report's previous-night comparison.
+
+    python .github/scripts/nightly_runs.py find SESSION...
+        Appends to $GITHUB_OUTPUT (or prints) `default_branch=`, `previous=` (JSON: session ->
+        {"run": ID, "artifact": ID}, sessions without an earlier run left out) and `previous_error=`
+        (one line when the API could not be asked; then `previous={}`). Exits 0 either way: a nightly
+        still measures everything without it, and the report states the error.
+    python .github/scripts/nightly_runs.py download DEST PREVIOUS_JSON SESSION...
+        Unpacks each SESSION's artifact named in PREVIOUS_JSON into DEST/results-SESSION. Exits 1,
+        with one line, when one cannot be downloaded.
+
+The default branch is asked of the API: a `schedule` event's payload has no repository object, so
+`github.event.repository.default_branch` is empty there. The runs are listed once, and each run's
+artifacts once for all sessions (about 1 + 30 requests at most, whatever the number of sessions).
+Needs $GH_TOKEN (actions: read), $GH_REPO; $THIS_RUN is never its own baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from github_api import GitHub, GitHubError  # noqa: E402
+
+WORKFLOW = "nightly.yml"
+RUNS_LOOKED_AT = 30  # about a month of nights; artifacts expire after 30 days anyway
+
+
+def find(github: GitHub, sessions: list[str], this_run: str | None) -> tuple[str, dict]:
+    """The default branch, and each session's last scheduled run of it with a live results artifact."""
+    branch = github.get(f"repos/{github.repo}")["default_branch"]
+    runs = github.pages(f"repos/{github.repo}/actions/workflows/{WORKFLOW}/runs?event=schedule&branch={branch}"
+                        "&status=completed", "workflow_runs", per_page=RUNS_LOOKED_AT, limit=RUNS_LOOKED_AT)
+    wanted, found = set(sessions), {}
+    for run in runs:
+        if str(run["id"]) == str(this_run) or run.get("event") != "schedule" or run.get("head_branch") != branch:
+            continue  # the API filters these; a changed filter must not pick a dispatched run
+        for artifact in github.pages(f"repos/{github.repo}/actions/runs/{run['id']}/artifacts", "artifacts"):
+            session = artifact["name"].removeprefix("results-")
+            if session in wanted and session not in found and not artifact.get("expired"):
+                found[session] = {"run": run["id"], "artifact": artifact["id"]}
+        if len(found) == len(wanted):
+            break
+    return branch, found
+
+
+def write_outputs(pairs: dict) -> None:
+    lines = "".join(f"{key}={value}\n" for key, value in pairs.items())
+    target = os.environ.get("GITHUB_OUTPUT")
+    if target:
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(lines)
+    print(lines, end="")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) >= 2 and argv[0] == "find":
+        sessions = argv[1:]
+        try:
+            github = GitHub()
+            branch, found = find(github, sessions, os.environ.get("THIS_RUN"))
+        except GitHubError as error:
+            print(f"::warning::the previous nightly could not be looked up: {error}", file=sys.stderr)
+            write_outputs({"default_branch": "", "previous": "{}", "previous_error": str(error)})
+            return 0
+        for session in sessions:
+            run = found.get(session)
+            print(f"{session}: " + (f"run {run['run']}" if run else f"no earlier scheduled nightly of {branch} "
+                                    "with its results"), file=sys.stderr)
+        print(f"{github.calls} API requests", file=sys.stderr)
+        write_outputs({"default_branch": branch, "previous": json.dumps(found, separators=(",", ":")),
+                       "previous_error": ""})
+        return 0
+    if len(argv) >= 3 and argv[0] == "download":
+        dest, sessions = pathlib.Path(argv[1]), argv[3:]
+        try:
+            previous = json.loads(argv[2] or "{}")
+            github = GitHub()
+            for session in sessions:
+                if session not in previous:
+                    print(f"{session}: no earlier scheduled nightly with its results")
+                    continue
+                github.download_zip(previous[session]["artifact"], dest / f"results-{session}")
+                print(f"{session}: results of run {previous[session]['run']}")
+        except (GitHubError, ValueError, KeyError, TypeError) as error:
+            print(f"error: the previous nightly's results could not be downloaded: {error}", file=sys.stderr)
+            return 1
+        return 0
+    print("usage: nightly_runs.py find SESSION... | download DEST PREVIOUS_JSON SESSION...", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
