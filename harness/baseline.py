@@ -66,6 +66,8 @@ def compare(current: list[SessionResult], baseline: list[SessionResult]) -> dict
                 record = session.cases.get(case) or {}
                 rows.append({"session": session.name, "case": case, "status": found, "baseline": then, "now": now,
                              "message": first_line(record.get("message")), "location": record.get("location")})
+    for row in rows:
+        row["worse"] = worse(row)
     order = {name: i for i, name in enumerate(COMPARISONS)}
     rows.sort(key=lambda r: (order[r["status"]], r["session"], r["case"]))
     now_names = {s.name for s in current}
@@ -105,7 +107,7 @@ def verdict(data: dict, expect=(), fail_on_regression: bool = True) -> dict:
         if not session["complete"] and session["name"] not in expect:
             notes.append(f"session {session['name']} is {session['state']}")
     for row in (data["baseline"] or {}).get("rows", []):
-        if worse(row):
+        if row["worse"]:
             (reasons if fail_on_regression else notes).append(describe(row))
     for differ in (data["baseline"] or {}).get("builds_differ", []):
         (reasons if fail_on_regression else notes).append(

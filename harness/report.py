@@ -177,7 +177,7 @@ def annotations(data: dict) -> list[str]:
     baseline, on the case's file and line, so the check run points at the case."""
     found = []
     for row in (data["baseline"] or {}).get("rows", []):
-        if not against.worse(row):
+        if not row["worse"]:
             continue
         where = row.get("location") or {}
         place = f"file={where['file']},line={where['line']}," if where.get("file") else ""

@@ -142,10 +142,15 @@ def family_files() -> dict[str, pathlib.Path]:
     return {p.stem[len("test_"):]: p for p in sorted((ROOT / "cases").glob("test_*.py"))}
 
 
+def case_support_files() -> list[pathlib.Path]:
+    """What every family may import besides the harness: cases/conftest.py and the modules under
+    cases/ that are not case files (the property cases' programs, cases/programs/; shared declarations)."""
+    return [p for p in sorted((ROOT / "cases").rglob("*.py")) if not p.name.startswith("test_")]
+
+
 def case_support() -> str:
-    """The digest of what every family may import besides the harness: cases/conftest.py and the
-    modules under cases/ that are not case files (the property cases' programs, cases/programs/)."""
-    files = [p for p in sorted((ROOT / "cases").rglob("*.py")) if not p.name.startswith("test_")]
+    """The digest of case_support_files(): a change to one of them runs every family again."""
+    files = case_support_files()
     return _digest({str(p.relative_to(ROOT / "cases")): _digest(p.read_bytes()) for p in files})
 
 

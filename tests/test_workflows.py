@@ -154,15 +154,32 @@ def test_matrix_script_sends_cpu_and_cuda_sessions_to_their_runners(tmp_path, gp
                             env=clean_env(CPU_RUNNER='["ubuntu-latest"]', GPU_RUNNER=gpu_runner))
     assert result.returncode == 0, result.stderr
     lines = dict(line.split("=", 1) for line in result.stdout.splitlines())
-    entries = json.loads(lines["matrix"])
-    assert int(lines["count"]) == len(entries) > 0
-    runners = {e["session"]: e["runner"] for e in entries}
-    assert all(r == ["ubuntu-latest"] for s, r in runners.items() if s.startswith("cpu"))
-    cuda = {s: r for s, r in runners.items() if s.startswith("cuda")}
-    assert bool(cuda) == want_cuda
-    assert all(r == (json.loads(gpu_runner) if gpu_runner.startswith("[") else [gpu_runner]) for r in cuda.values())
+    cpu, cuda = json.loads(lines["cpu"]), json.loads(lines["cuda"])
+    assert lines["cpu_sessions"].split() == [e["session"] for e in cpu] and (cpu or only_tag == "cuda")
+    assert lines["cuda_sessions"].split() == [e["session"] for e in cuda]
+    assert all(e["runner"] == ["ubuntu-latest"] and e["session"].startswith("cpu") for e in cpu)
+    assert bool(cuda) == want_cuda  # opt-in: only where a GPU runner is declared
+    assert all(e["session"].startswith("cuda") and e["runner"] == (
+        json.loads(gpu_runner) if gpu_runner.startswith("[") else [gpu_runner]) for e in cuda)
+    if not gpu_runner:
+        assert "no GPU runner declared" in result.stderr
     if only_tag:
-        assert set(runners) <= {e["session"] for e in json.loads((tmp_path / f"{only_tag}.json").read_text())}
+        chosen = {e["session"] for e in json.loads((tmp_path / f"{only_tag}.json").read_text())}
+        assert {e["session"] for e in cpu + cuda} <= chosen
+
+
+def test_the_newest_cpu_row_comes_from_the_matrix_table(tmp_path):
+    (tmp_path / "latest.json").write_text(nox("-l", "--json", "-t", "latest").stdout)
+    done = subprocess.run([sys.executable, str(SCRIPTS / "matrix.py"), "--newest-cpu", str(tmp_path / "latest.json")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    from harness import matrix
+
+    newest = [s for s in matrix.load() if s.device == "cpu" and "latest" in s.tags]
+    assert done.stdout == f"session={newest[0].name}\n"
+    texts = workflow_texts()
+    assert not any(newest[0].name in text for path, text in texts.items() if path.endswith(".yml")), \
+        "a workflow names the newest row by hand"
 
 
 # --- the nightly's aggregate step, dry-run on downloaded-style inputs ---
@@ -186,30 +203,29 @@ NOW = {"cpu_torch24": ("2.4.1", {A: "pass", B: "pass"}), "cpu_torch25": ("2.5.1"
 BEFORE = {"cpu_torch25": ("2.5.1", {A: "pass", B: "pass"}), "cuda12_torch25": ("2.5.1+cu124", {A: "pass", B: "known"})}
 
 
-def aggregate(results, baseline, out, github_output, *report_args):
-    return subprocess.run(["bash", str(SCRIPTS / "aggregate.sh"), str(results), str(baseline), str(out), *report_args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-                          env=clean_env(GITHUB_OUTPUT=str(github_output)))
+def aggregate(results, table, out, github_output, *report_args, previous=None, **env):
+    return subprocess.run(["bash", str(SCRIPTS / "aggregate.sh"), str(results), str(table), str(previous or out / "none"),
+                           str(out), *report_args], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+                          env=clean_env(GITHUB_OUTPUT=str(github_output), **env))
 
 
-@pytest.mark.parametrize(("baseline", "regressions"), [(BEFORE, 1), ({"cpu_torch24": NOW["cpu_torch24"]}, 0), (None, 0)],
-                         ids=["regression", "no-regression", "no-baseline"])
-def test_aggregate_dry_run_matches_the_report_session(tmp_path, baseline, regressions):
-    # As actions/download-artifact and `gh run download` lay them out: one directory per artifact.
+@pytest.mark.parametrize(("table", "regressions"), [(BEFORE, 1), ({"cpu_torch24": NOW["cpu_torch24"]}, 0)],
+                         ids=["regression", "no-regression"])
+def test_aggregate_dry_run_matches_the_report_session(tmp_path, table, regressions):
+    # As actions/download-artifact lays them out: one directory per artifact; the table: results/.
     for name, (torch, outcomes) in NOW.items():
         write_session(tmp_path / "artifacts" / f"results-{name}", name, torch, outcomes)
         write_session(tmp_path / "flat", name, torch, outcomes)
-    for name, (torch, outcomes) in (baseline or {}).items():
-        write_session(tmp_path / "baseline" / f"results-{name}", name, torch, outcomes)
-        write_session(tmp_path / "flat-baseline", name, torch, outcomes)
+    for name, (torch, outcomes) in table.items():
+        write_session(tmp_path / "table", name, torch, outcomes)
 
     output = tmp_path / "github_output"
-    result = aggregate(tmp_path / "artifacts", tmp_path / "baseline", tmp_path / "report", output)
+    result = aggregate(tmp_path / "artifacts", tmp_path / "table", tmp_path / "report", output)
     assert (result.returncode != 0) == bool(regressions), result.stdout + result.stderr
     assert output.read_text() == f"regressions={regressions}\n"
 
-    direct = nox("-s", "report", "--", str(tmp_path / "flat"),
-                 *(["--baseline", str(tmp_path / "flat-baseline")] if baseline else []), "--out", str(tmp_path / "direct"))
+    direct = nox("-s", "report", "--", str(tmp_path / "flat"), "--baseline", str(tmp_path / "table"),
+                 "--out", str(tmp_path / "direct"))
     assert direct.returncode == result.returncode, direct.stdout + direct.stderr
     for name in ("REPORT.md", "report.json"):
         assert (tmp_path / "report" / name).read_text() == (tmp_path / "direct" / name).read_text(), name
@@ -223,24 +239,48 @@ def test_aggregate_dry_run_matches_the_report_session(tmp_path, baseline, regres
         assert f"| cpu_torch25 | `{A}` | **regressed** | pass | fail | fail here |" in text
 
 
-def test_aggregate_without_results_is_bad_input(tmp_path):
+def test_aggregate_without_results_or_table_is_bad_input(tmp_path):
     (tmp_path / "artifacts" / "results-cpu_torch25").mkdir(parents=True)  # a session that wrote nothing
-    result = aggregate(tmp_path / "artifacts", tmp_path / "baseline", tmp_path / "report", tmp_path / "out")
+    write_session(tmp_path / "table", "cpu_torch25", *NOW["cpu_torch25"])
+    result = aggregate(tmp_path / "artifacts", tmp_path / "table", tmp_path / "report", tmp_path / "out")
     assert result.returncode == 2
     assert "no results files" in result.stderr
+    write_session(tmp_path / "artifacts" / "results-cpu_torch25", "cpu_torch25", *NOW["cpu_torch25"])
+    result = aggregate(tmp_path / "artifacts", tmp_path / "no-table", tmp_path / "report", tmp_path / "out")
+    assert result.returncode == 2 and "no committed table" in result.stderr
 
 
 def test_aggregate_passes_expected_sessions_to_the_report(tmp_path):
     # A session the matrix ran but that uploaded nothing (its runner died): the report fails the nightly.
     for name, (torch, outcomes) in NOW.items():
         write_session(tmp_path / "artifacts" / f"results-{name}", name, torch, outcomes)
-    result = aggregate(tmp_path / "artifacts", tmp_path / "baseline", tmp_path / "report", tmp_path / "out",
+        write_session(tmp_path / "table", name, torch, outcomes)
+    result = aggregate(tmp_path / "artifacts", tmp_path / "table", tmp_path / "report", tmp_path / "out",
                        "--expect", *NOW, "cpu_torch26")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "cpu_torch26" in result.stdout + result.stderr
-    ok = aggregate(tmp_path / "artifacts", tmp_path / "baseline", tmp_path / "report", tmp_path / "out",
+    ok = aggregate(tmp_path / "artifacts", tmp_path / "table", tmp_path / "report", tmp_path / "out",
                    "--expect", *NOW)
     assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_aggregate_compares_the_night_before_for_information_and_states_its_absence(tmp_path):
+    for name, (torch, outcomes) in NOW.items():
+        write_session(tmp_path / "artifacts" / f"results-{name}", name, torch, outcomes)
+        write_session(tmp_path / "table", name, torch, outcomes)  # what the table says: nothing worse
+    for name, (torch, outcomes) in BEFORE.items():
+        write_session(tmp_path / "previous" / f"results-{name}", name, torch, outcomes)
+    output = tmp_path / "github_output"
+    result = aggregate(tmp_path / "artifacts", tmp_path / "table", tmp_path / "report", output,
+                       previous=tmp_path / "previous")
+    assert result.returncode == 0, result.stdout + result.stderr  # regressed since last night: for information
+    assert output.read_text() == "regressions=0\n"
+    text = (tmp_path / "report" / "REPORT.md").read_text()
+    assert f"| cpu_torch25 | `{A}` | **regressed** | pass | fail |" in text.split("## Against the previous run")[1]
+    gone = aggregate(tmp_path / "artifacts", tmp_path / "table", tmp_path / "report", output,
+                     previous=tmp_path / "previous", PREVIOUS_UNAVAILABLE="GET https://api/x: 403 API rate limit exceeded")
+    assert gone.returncode == 1
+    assert "fails: the previous nightly could not be fetched: GET https://api/x: 403 API rate limit exceeded" in gone.stdout
 
 
 # --- the previous nightly: the last scheduled nightly of the default branch with the session's results ---
@@ -357,7 +397,7 @@ def jobs():
 
 # The only scopes a job may write, and why: the nightly's report publishes a check run and keeps
 # the tracking issue.
-WRITES = {("nightly.yml", "aggregate"): {"checks", "issues"}}
+WRITES = {("nightly.yml", "aggregate"): {"issues"}, ("nightly.yml", "junit"): {"checks"}}
 
 
 @pytest.mark.parametrize(("workflow", "name", "job"), jobs(), ids=[f"{w}:{n}" for w, n, _ in jobs()])
@@ -367,7 +407,7 @@ def test_each_job_holds_the_least_permissions(workflow, name, job):
     assert isinstance(permissions, dict) and permissions.get("contents") == "read", permissions
     writes = {scope for scope, level in permissions.items() if level == "write"}
     assert writes == WRITES.get((workflow, name), set())
-    calls_gh = any(re.search(r"\bgh\b|download_previous|tracking_issue", step.get("run", "")) for step in job["steps"])
+    calls_gh = any(re.search(r"\bgh\b|nightly_runs|tracking_issue", step.get("run", "")) for step in job["steps"])
     assert (permissions.get("actions") == "read") == calls_gh  # reading other runs' artifacts
     assert 0 < int(str(job.get("timeout-minutes", "0")).split("||")[-1].strip(" }")) <= 60
 
@@ -425,13 +465,15 @@ def test_no_wheel_cache_in_the_nightly_and_ci_saves_only_on_the_default_branch()
 # --- step summaries ---
 
 def test_every_session_job_writes_its_step_summary():
-    for workflow, name in (("nightly.yml", "session"), ("ci.yml", "main-job")):
-        steps = load(workflow)["jobs"][name]["steps"]
+    for name in ("session", "cuda-session"):
+        steps = load("nightly.yml")["jobs"][name]["steps"]
         summary = [s for s in steps if "session_summary.py" in s.get("run", "")]
-        assert summary and summary[0]["if"] == "always()", (workflow, name)
-    signal = load("ci.yml")["jobs"]["table-signal"]
-    assert signal["if"] == "github.event_name == 'pull_request'"
-    assert any("pr_table.py compare" in s.get("run", "") for s in signal["steps"])
+        assert summary and summary[0]["if"] == "always()", name
+    # the CI jobs end in the report against the committed table, which writes the step summary
+    for name in ("main-job", "table-signal"):
+        assert any("nox -s report" in s.get("run", "") and "--baseline" in s["run"]
+                   for s in load("ci.yml")["jobs"][name]["steps"]), name
+    assert load("ci.yml")["jobs"]["table-signal"]["if"] == "github.event_name == 'pull_request'"
 
 
 def summarise(tmp_path, session, results):
@@ -470,21 +512,14 @@ def pr_table():
     return module
 
 
+@pytest.mark.parametrize("support", sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "cases").rglob("*.py")
+                                            if not p.name.startswith("test_")))
+def test_a_change_to_what_every_family_loads_runs_every_family(support):
+    assert len(pr_table().case_files([support])) == len(list((ROOT / "cases").glob("test_*.py")))
+
+
 def test_a_pull_request_runs_the_families_it_changes():
     module = pr_table()
     assert module.case_files(["cases/test_checkpoint.py", "README.md"]) == ["cases/test_checkpoint.py"]
     assert module.case_files(["harness/report.py", "tests/test_report.py"]) == []  # never runs in a session
     assert len(module.case_files(["harness/casekit.py"])) == len(list((ROOT / "cases").glob("test_*.py")))
-
-
-@pytest.mark.parametrize(("torch_now", "like"), [("2.5.1", "Compared like with like"), ("2.5.1+cpu", "The builds differ")])
-def test_the_table_signal_lists_the_cells_that_differ(tmp_path, torch_now, like):
-    write_session(tmp_path / "table", "cpu_torch25", "2.5.1", {A: "pass", B: "pass", "other/x[cpu]": "fail"})
-    write_session(tmp_path / "run", "cpu_torch25", torch_now, {A: "fail", "checkpoint/new[cpu]": "pass"})
-    module = pr_table()
-    text = module.compare(records.read(tmp_path / "table" / "cpu_torch25.jsonl"),
-                          records.read(tmp_path / "run" / "cpu_torch25.jsonl"))
-    assert like in text and "Families run: checkpoint." in text
-    assert f"| `{A}` | pass | fail | fail here |" in text
-    assert "| `checkpoint/new[cpu]` | (new case) | pass |" in text
-    assert "other/x" not in text and B not in text  # families not run are not compared

@@ -1,45 +1,53 @@
 #!/usr/bin/env bash
 # Build the nightly report from downloaded artifacts; runs the same locally on copied inputs.
 #
-#   .github/scripts/aggregate.sh RESULTS_ROOT BASELINE_DIR OUT_DIR [REPORT_ARGS ...]
+#   .github/scripts/aggregate.sh RESULTS_ROOT TABLE_DIR PREVIOUS_ROOT OUT_DIR [REPORT_ARGS ...]
 #
-# RESULTS_ROOT and BASELINE_DIR hold results files (*.jsonl) at any depth, e.g. one subdirectory
-# per artifact as actions/download-artifact and `gh run download` lay them out. A missing or
-# empty BASELINE_DIR means no baseline. Runs `nox -s report` (nox from PATH) with REPORT_ARGS
-# (e.g. --expect SESSION ...) and writes REPORT.md, report.html, report.json to OUT_DIR, plus
-# regressions.md (REPORT.md's baseline section) when a case regressed. Exits with the report's
-# status: 0, 1 when the report fails the nightly (see its fails: lines), 2 on bad input. With
-# $GITHUB_OUTPUT set, appends regressions=N to it.
+# RESULTS_ROOT and PREVIOUS_ROOT hold results files (*.jsonl) at any depth, e.g. one subdirectory
+# per artifact as actions/download-artifact lays them out. TABLE_DIR is the committed table
+# (results/ of the checkout): the expectation every run is held to, so a changed cell stays red until
+# the change is committed. PREVIOUS_ROOT (the night before) is compared for information only; when
+# it could not be fetched, $PREVIOUS_UNAVAILABLE says why, and the report states it and fails.
+# Runs `nox -s report` (nox from PATH) with REPORT_ARGS (e.g. --expect SESSION ...) and writes
+# REPORT.md, report.html, report.json to OUT_DIR, plus regressions.md (REPORT.md's baseline section)
+# when a cell changed for the worse. Exits with the report's status: 0, 1 when the report fails the
+# nightly (see its fails: lines), 2 on bad input. With $GITHUB_OUTPUT set, appends regressions=N.
 set -euo pipefail
 
-if [ "$#" -lt 3 ]; then
-  echo "usage: $0 RESULTS_ROOT BASELINE_DIR OUT_DIR [REPORT_ARGS ...]" >&2
+if [ "$#" -lt 4 ]; then
+  echo "usage: $0 RESULTS_ROOT TABLE_DIR PREVIOUS_ROOT OUT_DIR [REPORT_ARGS ...]" >&2
   exit 2
 fi
-results_root=$1 baseline_root=$2 out=$3
-shift 3
+results_root=$1 table=$2 previous_root=$3 out=$4
+shift 4
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # Every directory that directly holds a results file (results/previous/ copies are not results).
 result_dirs() {
   [ -n "$1" ] && [ -d "$1" ] || return 0
-  find "$1" -name previous -prune -o -type f -name '*.jsonl' -printf '%h\0' | sort -zu |
+  find "$1" -mindepth 1 -name previous -prune -o -type f -name '*.jsonl' -printf '%h\0' | sort -zu |
     while IFS= read -r -d '' dir; do realpath -z -- "$dir"; done
 }
 
 mapfile -d '' -t current < <(result_dirs "$results_root")
-mapfile -d '' -t baseline < <(result_dirs "$baseline_root")
+mapfile -d '' -t previous < <(result_dirs "$previous_root")
 if [ "${#current[@]}" -eq 0 ]; then
   echo "error: no results files (*.jsonl) under ${results_root}" >&2
   exit 2
 fi
+if ! compgen -G "${table}/*.jsonl" >/dev/null; then
+  echo "error: no committed table (*.jsonl) in ${table}" >&2
+  exit 2
+fi
 
-args=("${current[@]}")
-if [ "${#baseline[@]}" -gt 0 ]; then
-  args+=(--baseline "${baseline[@]}")
-  echo "baseline: ${#baseline[@]} director$([ "${#baseline[@]}" -eq 1 ] && echo y || echo ies) under ${baseline_root}"
+args=("${current[@]}" --baseline "$(realpath -- "$table")")
+if [ -n "${PREVIOUS_UNAVAILABLE:-}" ]; then
+  args+=(--previous-unavailable "$PREVIOUS_UNAVAILABLE")
+elif [ "${#previous[@]}" -gt 0 ]; then
+  args+=(--previous "${previous[@]}")
+  echo "the previous run: ${#previous[@]} director$([ "${#previous[@]}" -eq 1 ] && echo y || echo ies) under ${previous_root}"
 else
-  echo "no baseline: the report compares nothing"
+  echo "no earlier scheduled nightly with results: nothing to compare for information"
 fi
 mkdir -p "$out"
 out=$(realpath -- "$out")
@@ -52,7 +60,7 @@ if [ -f "$out/report.json" ]; then
   regressions=$(python3 - "$out/report.json" <<'PY'
 import json, sys
 data = json.load(open(sys.argv[1], encoding="utf-8"))
-print(sum(row["status"] == "regressed" for row in (data.get("baseline") or {}).get("rows", [])))
+print(sum(row["worse"] for row in (data.get("baseline") or {}).get("rows", [])))
 PY
 )
 fi

@@ -11,7 +11,7 @@ run=${RUN_URL:-this run}
 
 body=$(mktemp)
 {
-  echo "The nightly torch.compile matrix found regressions against the last successful nightly."
+  echo "The nightly torch.compile matrix found cells worse than the committed table (results/). They stay here, night after night, until the cause is fixed or the new outcome is committed to the table."
   echo
   echo "Latest: ${run} (the full report is its \`report\` artifact)."
   echo
