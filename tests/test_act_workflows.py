@@ -5,7 +5,6 @@ one family, with the real scripts, real nox and real torch. Stand-ins: tests/act
 
 import ast
 import json
-import pathlib
 
 import pytest
 
