@@ -152,7 +152,8 @@ def run_act(repo: pathlib.Path, event: str, payload: pathlib.Path, workflow: str
     for key, value in (variables or {}).items():
         command += ["--var", f"{key}={value}"]
     runner_env = {"ACT_STANDINS": str(ACT_DIR), "ACT_TOOLCACHE": str(toolcache), "GITHUB_REPOSITORY": "owner/project",
-                  "RUNNER_TOOL_CACHE": str(tool_cache(toolcache / "hosted")), **(env or {})}
+                  **dict.fromkeys(("RUNNER_TOOL_CACHE", "AGENT_TOOLSDIRECTORY"), str(tool_cache(toolcache / "hosted"))),
+                  **(env or {})}
     for key, value in runner_env.items():
         command += ["--env", f"{key}={value}"]
     started = time.monotonic()
