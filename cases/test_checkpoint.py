@@ -8,7 +8,7 @@ TransformerEngine pattern, NVIDIA/TransformerEngine#890), TE's fix (`torch._disa
 wrapper, NVIDIA/TransformerEngine#894), a wrapper that passes context_fn only when given one, user
 context_fns (are their contexts active, at run time, for the forward and for the recompute?),
 selective activation checkpointing (does the policy decide what backward recomputes?), the 2.2-2.4
-experimental flag, and the real TE checkpoint where it is installed. See UPSTREAM.md section 1.
+experimental flag, and the real TE checkpoint where it is installed. See docs/upstream.md, section 1.
 
 Features that only some torch versions have are skipped with string conditions, evaluated where
 the case runs (a reproduction script checks them itself).

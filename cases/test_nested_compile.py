@@ -1,6 +1,6 @@
 """Nested compile: a `torch.compile`d function or module called from compiled code.
 
-Covers (UPSTREAM.md section 3): inlining of an inner compiled function or submodule into the
+Covers (docs/upstream.md, section 3): inlining of an inner compiled function or submodule into the
 outer frame, graph breaks inside the inner function (resumed frames are compiled),
 `torch.compiler.disable(fn, recursive=True|False)` on the inner function, a `fullgraph=True`
 outer over an inner graph break, an inner compile whose backend or mode differs from the
