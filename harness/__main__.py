@@ -119,6 +119,12 @@ def reduce(args) -> int:
     return reduction.command(args)
 
 
+def lightning_newest(args) -> int:
+    from harness import lightning
+
+    return lightning.command(args)
+
+
 def parser() -> argparse.ArgumentParser:
     main = OneLineParser(prog="python -m harness")
     commands = main.add_subparsers(dest="command", required=True)
@@ -192,6 +198,11 @@ def parser() -> argparse.ArgumentParser:
     red.add_argument("--no-build", action="store_true", help="use only environments that exist")
     red.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
     red.set_defaults(func=reduce)
+    lit = commands.add_parser("lightning-newest", help="the newest Lightning that supports each torch row, from "
+                              "the registry's metadata, against the table's `lightning_newest`")
+    lit.add_argument("--write", action="store_true", help="record the resolved values in the table")
+    lit.add_argument("--matrix", default=str(ROOT / "harness" / "matrix.toml"), help=argparse.SUPPRESS)
+    lit.set_defaults(func=lightning_newest)
     return main
 
 

@@ -233,6 +233,7 @@ def case_options(spec: matrix.Session) -> list[str]:
         "--capture=tee-sys",  # sys-level capture only: a dying worker's output reaches its log
         f"--timeout={spec.case_timeout}", "--timeout-method=thread",
         "-rfEX",
+        *(["--lightning-cases"] if spec.lightning_of else []),  # the Lightning axis: only what Lightning touches
     ]
 
 
