@@ -47,10 +47,9 @@ class Session:
         where = "CPU" if self.device == "cpu" else f"CUDA {self.cuda_major} GPU"
         wheel = f"{self.index} index" if self.index else "registry default wheel"
         extra = "".join(f", {pin}" for pin in self.extra if self.label)
-        which = "the cases that use Lightning" if self.lightning_of else "the cases"
-        newest = " (the newest that supports this torch)" if self.lightning_of else ""
+        newest = " (the newest that supports this torch; only the cases that use Lightning)" if self.lightning_of else ""
         return (
-            f"Run {which} on {where} with {torch}, Lightning {self.lightning}{newest}, "
+            f"Run the cases on {where} with {torch}, Lightning {self.lightning}{newest}, "
             f"Python {self.python}{extra} ({wheel})."
         )
 
