@@ -24,8 +24,6 @@ import sys
 import urllib.error
 import urllib.request
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from harness import matrix
@@ -39,6 +37,7 @@ class RegistryError(OSError):
     """The registry cannot be asked (unreachable, or no answer that parses)."""
 
 
+@functools.lru_cache(maxsize=None)
 def uv() -> str:
     try:
         import uv as uv_package
@@ -51,10 +50,10 @@ def uv() -> str:
         return found
 
 
-def newest_supporting(torch: str, python: str, extra=()) -> str:
-    """The newest Lightning release that installs with torch==`torch` (and `extra`) on `python`:
-    uv's resolver decides it from the releases' own metadata."""
-    wanted = "\n".join([f"torch=={torch}", "lightning", *extra]) + "\n"
+def _resolve(torch: str, python: str, lightning: str, extra=()) -> str:
+    """The Lightning release uv's resolver picks for `lightning` (a requirement) beside torch==`torch`
+    and `extra` on `python`, reading each release's own metadata (Requires-Dist, Requires-Python)."""
+    wanted = "\n".join([f"torch=={torch}", lightning, *extra]) + "\n"
     try:
         done = subprocess.run([uv(), "pip", "compile", "-", "--python-version", python, "--no-header",
                                "--no-annotate", "--quiet"], input=wanted, capture_output=True, text=True, timeout=300)
@@ -63,8 +62,26 @@ def newest_supporting(torch: str, python: str, extra=()) -> str:
     found = re.search(r"^lightning==(\S+)$", done.stdout, re.MULTILINE)
     if done.returncode != 0 or not found:
         last = (done.stderr.strip().splitlines() or ["no lightning in its resolution"])[-1]
-        raise RegistryError(f"uv pip compile for torch {torch} on Python {python}: {last}")
+        raise UnsupportedError(f"uv pip compile of {lightning} for torch {torch} on Python {python}: {last}")
     return found[1]
+
+
+class UnsupportedError(RegistryError):
+    """No Lightning release that the requirement admits installs with the torch asked for."""
+
+
+def newest_supporting(torch: str, python: str, extra=()) -> str:
+    """The newest Lightning release that installs with torch==`torch` (and `extra`) on `python`."""
+    return _resolve(torch, python, "lightning", extra)
+
+
+def supports(release: str, torch: str, python: str, extra=()) -> bool:
+    """Whether the release (both packages of that version) installs with torch==`torch` on `python`."""
+    try:
+        _resolve(torch, python, f"lightning=={release}", [f"pytorch-lightning=={release}", *extra])
+    except UnsupportedError:
+        return False
+    return True
 
 
 def _rows(text: str) -> list[tuple[int, int]]:
@@ -128,24 +145,12 @@ def releases(package: str = "lightning") -> list[Version]:
     return sorted(found)
 
 
-def supports(release: Version, torch: str, python: str) -> bool:
-    """Whether the release's own metadata (Requires-Python, Requires-Dist on torch) admits them."""
-    info = _json(f"lightning/{release}").get("info", {})
-    if info.get("requires_python") and Version(python + ".0") not in SpecifierSet(info["requires_python"]):
-        return False
-    for text in info.get("requires_dist") or []:
-        try:
-            requirement = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if requirement.name == "torch" and not requirement.marker:
-            return requirement.specifier.contains(Version(torch), prereleases=True)
-    return True
-
-
-def candidates(torch: str, python: str, first: str | None, last: str | None) -> list[str]:
+def candidates(torch: str, python: str, first: str | None, last: str | None, extra=()) -> list[str]:
     """The Lightning releases from `first` to `last` (each compared on as many parts as it gives)
-    published as both packages and supporting torch `torch` on `python`, oldest first."""
+    published as both packages and installing with torch `torch` on `python`, oldest first (uv's
+    resolver reads each release's metadata; a few at a time, each waits on the registry)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     def part(version: Version, bound: str) -> tuple:
         return version.release[:len(Version(bound).release)]
 
@@ -153,7 +158,10 @@ def candidates(torch: str, python: str, first: str | None, last: str | None) -> 
     chosen = [v for v in releases("lightning") if v in both
               and not (first and part(v, first) < Version(first).release)
               and not (last and part(v, last) > Version(last).release)]
-    return [str(v) for v in chosen if supports(v, torch, python)]
+    uv()  # found once, before the threads ask for it
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        fits = list(pool.map(lambda v: supports(str(v), torch, python, extra), chosen))
+    return [str(v) for v, fit in zip(chosen, fits) if fit]
 
 
 def command(args) -> int:
