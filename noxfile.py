@@ -3,7 +3,8 @@
     nox                      the main job: the newest torch on CPU
     nox -l                   every session, one line each (* marks the one plain `nox` runs)
     nox -l --json            the same for a CI matrix
-    nox -t cpu -l            a group by tag: cpu, cuda, registry, latest, oldest, nightly
+    nox -t cpu -l            a group by tag: cpu, cuda, registry, latest, oldest, nightly, lightning
+    nox -s cpu_torch25_lightning_newest   torch 2.5 with the newest Lightning that supports it (Lightning cases only)
     nox -s cpu_torch25       run the cases with torch 2.5 on CPU; results/cpu_torch25.jsonl and .xml
     nox -s cpu_torch25 -- cases/test_checkpoint.py -k plain     narrow it, as with pytest
     nox -s cpu_torch25 -- --fresh              run every case afresh (by default a full session reuses

@@ -8,7 +8,10 @@ the row's torch pin, Python and extra pins (uv's resolver reads each release's o
 Requires-Dist and Requires-Python), prints it beside the recorded `lightning_newest`, and with
 --write records it in the table. Sessions read the table only: `nox -l` never asks the registry.
 Exit status: 0 when every row's recorded value is the resolved one (or --write wrote it), 1 when
-one differs, 2 when the registry cannot be asked.
+one differs or the registry cannot be asked.
+
+The release list (for `bisect --along lightning`) comes from the registry's JSON API
+(`$HARNESS_PYPI_JSON`, default https://pypi.org/pypi).
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from packaging.version import InvalidVersion, Version
 
 from harness import matrix
 
-PACKAGES = ("lightning", "pytorch-lightning")  # both pinned to one version by every session
 JSON_API_ENV = "HARNESS_PYPI_JSON"  # the registry's JSON API (a mirror that serves it)
 JSON_API = "https://pypi.org/pypi"
 
