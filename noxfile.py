@@ -3,7 +3,8 @@
     nox                      the main job: the newest torch on CPU
     nox -l                   every session, one line each (* marks the one plain `nox` runs)
     nox -l --json            the same for a CI matrix
-    nox -t cpu -l            a group by tag: cpu, cuda, registry, latest, oldest, nightly
+    nox -t cpu -l            a group by tag: cpu, cuda, registry, latest, oldest, nightly, lightning
+    nox -s cpu_torch25_lightning_newest   torch 2.5 with the newest Lightning that supports it (Lightning cases only)
     nox -s cpu_torch25       run the cases with torch 2.5 on CPU; results/cpu_torch25.jsonl and .xml
     nox -s cpu_torch25 -- cases/test_checkpoint.py -k plain     narrow it, as with pytest
     nox -s cpu_torch25 -- --fresh              run every case afresh (by default a full session reuses
@@ -61,20 +62,8 @@ def install_pins(session: nox.Session, spec: matrix.Session) -> None:
 
 
 def _install(session: nox.Session, spec: matrix.Session, wheel: dict) -> None:
-    pre = ["--pre"] if spec.nightly else []
-    if wheel["build"] == sessions.CPU_BUILD:
-        # torch alone from the CPU index; the registry then supplies what it needs and the rest, the
-        # installed +cpu build satisfying the pin.
-        session.install("--index-url", wheel["index"], "--no-deps", spec.requirements[0])
-        session.install(*spec.requirements, *sessions.HARNESS_REQUIREMENTS)
-    elif spec.index_url:
-        torch_pin = spec.requirements[0]
-        session.install(*pre, "--index-url", spec.index_url, torch_pin)
-        # torch stays pinned (a nightly as installed) while the registry supplies the rest.
-        torch = [] if spec.nightly else [torch_pin]
-        session.install(*torch, *spec.requirements[1:], *sessions.HARNESS_REQUIREMENTS)
-    else:
-        session.install(*pre, *spec.requirements, *sessions.HARNESS_REQUIREMENTS)
+    for step in sessions.install_steps(spec, wheel):
+        session.install(*step)
 
 
 def run_cases(session: nox.Session, spec: matrix.Session) -> None:
@@ -152,13 +141,13 @@ def repro(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none", default=False)
 def bisect(session: nox.Session) -> None:
-    """Run one case across the matrix's torch versions and name where its outcome changes (args: CASE_ID [--from 2.1] [--to 2.15] [--no-build])."""
+    """Run one case across the matrix's torch versions (or Lightning releases at one torch) and name where its outcome changes (args: CASE_ID [--from 2.1] [--to 2.15] [--no-build] [--along lightning --torch 2.5])."""
     session.run(sys.executable, "-m", "harness", "bisect", *session.posargs)
 
 
 @nox.session(venv_backend="none", default=False)
 def sweep(session: nox.Session) -> None:
-    """Run a script in the venv of every torch row in a range and print the version table (args: SCRIPT [--from 2.12] [--to 2.15] [--no-build])."""
+    """Run a script in the venv of every torch row in a range (or Lightning release at one torch) and print the version table (args: SCRIPT [--from 2.12] [--to 2.15] [--no-build] [--along lightning --torch 2.5])."""
     session.run(sys.executable, "-m", "harness", "sweep", *session.posargs)
 
 

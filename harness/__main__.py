@@ -103,7 +103,7 @@ def bisect(args) -> int:
         raise ValueError("bisect takes a CASE_ID or --script SCRIPT (one of them)")
     if args.script:
         args.script = preflight.check_script(args.script)
-    bisection.plan(args.first, args.last, args.device, args.env, args.envdir)  # an empty range, before the case
+    bisection.targets_of(args)  # an unknown row or an empty range, before the case
     if args.case:
         check_case_name(args.case)
     if args.case and not args.env:
@@ -121,6 +121,24 @@ def reduce(args) -> int:
     from harness import reduce as reduction
 
     return reduction.command(args)
+
+
+def lightning_newest(args) -> int:
+    from harness import lightning
+
+    return lightning.command(args)
+
+
+def add_axis(command, first: str, last: str) -> None:
+    """--along and the range along it, the same for bisect and sweep."""
+    command.add_argument("--along", choices=["torch", "lightning"], default="torch",
+                         help="torch: across the matrix's torch rows (default); lightning: across Lightning releases "
+                              "at the row --torch names")
+    command.add_argument("--torch", metavar="VERSION", help="with --along lightning: the torch row to hold, e.g. 2.5")
+    command.add_argument("--from", dest="first", metavar="VERSION", help=f"oldest torch, e.g. {first} (default: the "
+                         "oldest row); along lightning the oldest Lightning (default: the row's own)")
+    command.add_argument("--to", dest="last", metavar="VERSION", help=f"newest torch, e.g. {last} (default: the newest "
+                         "row); along lightning the newest Lightning (default: the newest that supports the torch)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -166,8 +184,7 @@ def parser() -> argparse.ArgumentParser:
     bis.add_argument("--script", metavar="SCRIPT", help="bisect a plain script instead of a case (classified as "
                      "sweep classifies it: exit 0 pass, 125 skip, anything else fail)")
     bis.add_argument("--timeout", type=float, default=600.0, help="with --script: seconds per run (default 600)")
-    bis.add_argument("--from", dest="first", metavar="VERSION", help="oldest torch, e.g. 2.1 (default: the oldest row)")
-    bis.add_argument("--to", dest="last", metavar="VERSION", help="newest torch, e.g. 2.15 (default: the newest row)")
+    add_axis(bis, "2.1", "2.15")
     bis.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which sessions of each row (default cpu)")
     bis.add_argument("--no-build", action="store_true", help="run only versions whose venv exists")
     bis.add_argument("--all", action="store_true", help="run every version in the range, not a bisection")
@@ -177,8 +194,7 @@ def parser() -> argparse.ArgumentParser:
     bis.set_defaults(func=bisect)
     swp = commands.add_parser("sweep", help="run a script in the environment of every torch row in a range")
     swp.add_argument("script", metavar="SCRIPT")
-    swp.add_argument("--from", dest="first", metavar="VERSION", help="oldest torch, e.g. 2.12 (default: the oldest row)")
-    swp.add_argument("--to", dest="last", metavar="VERSION", help="newest torch, e.g. 2.15 (default: the newest row)")
+    add_axis(swp, "2.12", "2.15")
     swp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which sessions of each row (default cpu)")
     swp.add_argument("--no-build", action="store_true", help="run only in the environments that exist")
     swp.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
@@ -200,6 +216,11 @@ def parser() -> argparse.ArgumentParser:
     red.add_argument("--no-build", action="store_true", help="use only environments that exist")
     red.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
     red.set_defaults(func=reduce)
+    lit = commands.add_parser("lightning-newest", help="the newest Lightning that supports each torch row, from "
+                              "the registry's metadata, against the table's `lightning_newest`")
+    lit.add_argument("--write", action="store_true", help="record the resolved values in the table")
+    lit.add_argument("--matrix", default=str(ROOT / "harness" / "matrix.toml"), help=argparse.SUPPRESS)
+    lit.set_defaults(func=lightning_newest)
     return main
 
 

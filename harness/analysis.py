@@ -42,6 +42,7 @@ class SessionResult:
     line = property(lambda self: self.identity["line"])
     label = property(lambda self: self.identity["label"])
     plain = property(lambda self: self.identity["plain"])
+    lightning_of = property(lambda self: self.identity.get("lightning_of"))  # the Lightning axis (schema 2 may lack it)
     torch = property(lambda self: self.environment.get("torch") or "?")
     version = property(lambda self: records.torch_version(self.environment.get("torch")))
     complete = property(lambda self: self.end is not None)
@@ -235,7 +236,7 @@ def other_environments(sessions: list[SessionResult], case_ids: list[str]) -> li
     """Each labelled session against its own row's plain session: the cases whose outcomes differ."""
     by_name = {s.name: s for s in sessions}
     found = []
-    for session in (s for s in sessions if s.label):
+    for session in (s for s in sessions if s.label and not s.lightning_of):
         plain = by_name.get(session.plain)
         entry = {"session": session.name, "plain": session.plain, "torch": session.torch,
                  "python": session.environment.get("python"), "plain_missing": plain is None,
@@ -247,6 +248,40 @@ def other_environments(sessions: list[SessionResult], case_ids: list[str]) -> li
                 if ours["outcome"] != theirs["outcome"]:
                     entry["differences"].append({"case": case, "plain_outcome": theirs["outcome"],
                                                  "outcome": ours["outcome"], "message": first_line(ours.get("message"))})
+        found.append(entry)
+    return found
+
+
+def lightning_differences(sessions: list[SessionResult], case_ids: list[str]) -> list[dict]:
+    """Per torch row with a Lightning-axis session: the cases whose outcome differs between the row's
+    era Lightning and the newest Lightning that supports its torch, grouped by bug (the signature of
+    the side that does not pass), largest group first, each with the bisection along Lightning."""
+    by_name = {s.name: s for s in sessions}
+    found = []
+    for newest in (s for s in sessions if s.lightning_of):
+        era = by_name.get(newest.lightning_of)
+        entry = {"session": newest.name, "era_session": newest.lightning_of, "torch": newest.torch,
+                 "lightning": newest.environment.get("lightning"), "era_missing": era is None,
+                 "era_lightning": era.environment.get("lightning") if era else None, "compared": 0, "groups": []}
+        groups: dict[str, dict] = {}
+        for case in case_ids if era is not None else ():
+            if case not in newest.cases or case not in era.cases or newest.absent(case) or era.absent(case):
+                continue
+            entry["compared"] += 1
+            old, new = era.cases[case], newest.cases[case]
+            if old["outcome"] == new["outcome"]:
+                continue
+            telling = old if new["outcome"] in PASSING else new  # the side that does not pass names the bug
+            signature = bug_signature(telling)
+            group = groups.setdefault(signature, {"signature": signature, "cases": [],
+                                                  "bisect": f"nox -s bisect -- '{case}' --along lightning "
+                                                            f"--torch {records.torch_version(newest.torch)}"})
+            group["cases"].append({"case": case, "era_outcome": old["outcome"], "outcome": new["outcome"],
+                                   "message": first_line(telling.get("message"))})
+        for group in groups.values():
+            group["changes"] = list(dict.fromkeys(f"{c['era_outcome']} → {c['outcome']}" for c in group["cases"]))
+        entry["groups"] = sorted(groups.values(), key=lambda g: (-len(g["cases"]), g["signature"]))
+        entry["differences"] = sum(len(g["cases"]) for g in entry["groups"])
         found.append(entry)
     return found
 
@@ -271,13 +306,15 @@ def cell(session: SessionResult, case: str) -> dict:
 
 
 def session_row(s: SessionResult, case_ids: list[str]) -> dict:
-    missing = sum(1 for c in case_ids if c not in s.cases)
+    # A Lightning-axis session runs only the cases that use Lightning: the others are not missing.
+    missing = 0 if s.lightning_of else sum(1 for c in case_ids if c not in s.cases)
     counts: dict[str, int] = {}
     for case in case_ids:
         outcome = NOT_RUN if case not in s.cases else "absent" if s.absent(case) else s.cases[case]["outcome"]
-        counts[outcome] = counts.get(outcome, 0) + 1
+        if not (s.lightning_of and outcome == NOT_RUN):
+            counts[outcome] = counts.get(outcome, 0) + 1
     return {"name": s.name, "torch": s.torch, "device": s.device, "line": s.line, "label": s.label,
-            "plain": s.plain if s.label else None, "complete": s.complete and not missing, "finished": s.complete,
+            "plain": s.plain if s.label else None, "lightning_of": s.lightning_of, "complete": s.complete and not missing, "finished": s.complete,
             "state": _state(s, missing), "lightning": s.environment.get("lightning"),
             "cuda": s.environment.get("cuda"), "python": s.environment.get("python"),
             "started": s.environment.get("started"), "git_commit": s.environment.get("git_commit"),

@@ -8,6 +8,10 @@ when the bisection needs that row (a built one near the middle is taken instead 
 --no-build: only built ones). It names the versions it did not run; --all runs every version,
 the only way to see more than one change.
 
+`--along lightning --torch 2.5` bisects along Lightning releases at a fixed torch row instead: the
+releases the registry lists from the row's era Lightning (--from) to the newest that supports its
+torch (--to), each checked against its own metadata; each runs in the row's environment with that
+Lightning (the row's sessions where they pin it, else a venv built with the row's install steps).
 `--env VERSION=PYTHON` (repeatable) bisects over given interpreters instead of the matrix's rows.
 `--script SCRIPT` bisects a plain script instead of a case, classified as `sweep` classifies it
 (harness.scriptrun: exit 0 pass, 125 skip, anything else fail).
@@ -29,10 +33,11 @@ from harness import matrix, records, repro, sessions
 
 @dataclasses.dataclass
 class Target:
-    version: str  # torch version of the row (or the --env label)
+    version: str  # torch version of the row (or the --env label; along Lightning, the Lightning release)
     session: str  # the matrix session, or bisect-<label>
     python: pathlib.Path | None
     spec: matrix.Session | None = None  # None for --env
+    outside: bool = False  # an environment outside the table (along Lightning): built from `spec`, not by nox
 
     @property
     def built(self) -> bool:
@@ -89,6 +94,45 @@ def plan(first=None, last=None, device="cpu", envs=(), envdir=None) -> list[Targ
     return targets
 
 
+def row_of(torch: str, device: str = "cpu") -> matrix.Session:
+    """The plain session of the one torch row that `torch` names (2.5 names 2.5.1)."""
+    rows = [s for s in matrix.load() if s.device == device and not (s.nightly or s.label or s.index)
+            and in_range(s.torch, torch, torch)]
+    if not rows:
+        raise ValueError(f"--torch {torch} names no {device} row of the matrix")
+    if len(rows) > 1:
+        raise ValueError(f"--torch {torch} names several {device} rows of the matrix: {', '.join(s.torch for s in rows)}")
+    return rows[0]
+
+
+def plan_lightning(torch: str | None, first=None, last=None, device="cpu", envdir=None) -> list[Target]:
+    """Along Lightning at the row `torch` names: the releases from `first` (default: the row's era
+    Lightning) to `last` (default: the newest that supports its torch) that the registry lists and
+    whose own metadata admits the row's torch and Python, oldest first."""
+    from harness import lightning
+
+    if not torch:
+        raise ValueError("--along lightning needs --torch VERSION (the row to hold fixed)")
+    era = row_of(torch, device)
+    axis = {s.lightning: s for s in matrix.load() if s.lightning_of == era.name}
+    first, last = first or era.lightning, last or next(iter(axis), era.lightning)
+    releases = lightning.candidates(era.torch, era.python, first, last, era.extra)
+    if not releases:
+        raise ValueError(f"no Lightning release from {first} to {last} supports torch {era.torch} on Python "
+                         f"{era.python}")
+    targets = []
+    for release in releases:
+        session = era if release == era.lightning else axis.get(release)
+        outside = session is None
+        if outside:  # the row's pins with this Lightning
+            session = dataclasses.replace(era, name=f"{era.name}_lightning{release.replace('.', '_')}",
+                                          lightning=release, label=None)
+        # the case's own node id runs, whatever the session selects
+        targets.append(Target(release, session.name, sessions.venv_python(session.name, envdir),
+                              dataclasses.replace(session, lightning_of=None), outside))
+    return targets
+
+
 def run_case(target: Target, nodeid: str, case_id: str) -> Result:
     """The case in the target's interpreter with the session's own pytest command."""
     spec = target.spec or next(s for s in reversed(matrix.load()) if s.device == "cpu" and not s.nightly)
@@ -115,8 +159,9 @@ def run_case(target: Target, nodeid: str, case_id: str) -> Result:
 class Bisection:
     """Runs targets on demand, building a venv only when allowed and needed."""
 
-    def __init__(self, targets: list[Target], case_id: str | None, build: bool, envdir, script=None, timeout=600.0):
-        self.targets, self.case_id, self.build, self.envdir = targets, case_id, build, envdir
+    def __init__(self, targets: list[Target], case_id: str | None, build: bool, envdir, script=None, timeout=600.0,
+                 axis: str = "torch"):
+        self.targets, self.case_id, self.build, self.envdir, self.axis = targets, case_id, build, envdir, axis
         self.script, self.timeout = script, timeout  # --script: a plain script instead of a case
         self.results: dict[int, Result] = {}
         self.built: list[str] = []
@@ -128,7 +173,7 @@ class Bisection:
     def run(self, index: int) -> Result:
         target = self.targets[index]
         if not target.built:
-            target.python = sessions.ensure_venv(target.session, self.envdir)
+            target.python = sessions.ensure_venv(target.spec if target.outside else target.session, self.envdir)
             self.built.append(target.version)
         if self.script is not None:
             from harness import sweep
@@ -140,7 +185,7 @@ class Bisection:
             if self.nodeid is None:  # the case's node id, from the first environment that runs
                 self.nodeid = repro.collect(target.python, [self.case_id])["cases"][self.case_id]["nodeid"]
             result = self.results[index] = run_case(target, self.nodeid, self.case_id)
-        print(f"torch {target.version:<8} {target.session:<16} {result.outcome:<10} {result.message[:140]}".rstrip(),
+        print(f"{self.axis} {target.version:<8} {target.session:<16} {result.outcome:<10} {result.message[:140]}".rstrip(),
               flush=True)
         return result
 
@@ -175,13 +220,29 @@ class Bisection:
                            if self.results[a].outcome != self.results[b].outcome]
 
 
+def targets_of(args) -> list[Target]:
+    """The versions `args` asks for: torch rows, given interpreters, or Lightning releases at a row."""
+    if args.along == "lightning":
+        if getattr(args, "env", None):
+            raise ValueError("--env bisects over interpreters, not along lightning")
+        return plan_lightning(args.torch, args.first, args.last, args.device, args.envdir)
+    if args.torch:
+        raise ValueError("--torch holds a row fixed along lightning: add --along lightning")
+    return plan(args.first, args.last, args.device, getattr(args, "env", ()), args.envdir)
+
+
+def span(args, targets: list[Target]) -> str:
+    """What a run goes across: 'torch 2.1.2 to 2.15.0', or 'lightning 2.4.0 to 2.6.6 at torch 2.5.1'."""
+    fixed = f" at torch {targets[0].spec.torch}" if args.along == "lightning" else ""
+    return f"{args.along} {targets[0].version} to {targets[-1].version}{fixed}, {len(targets)} version(s)"
+
+
 def command(args) -> int:
-    targets = plan(args.first, args.last, args.device, args.env, args.envdir)
+    targets = targets_of(args)
     script = getattr(args, "script", None)
     bisection = Bisection(targets, args.case, build=not args.no_build, envdir=args.envdir, script=script,
-                          timeout=getattr(args, "timeout", 600.0))
-    print(f"bisect {script.name if script else args.case}: torch {targets[0].version} to {targets[-1].version}, {len(targets)} version(s)",
-          flush=True)
+                          timeout=getattr(args, "timeout", 600.0), axis=args.along)
+    print(f"bisect {script.name if script else args.case}: {span(args, targets)}", flush=True)
     bisection.search(every=args.all)
     ran = [bisection.results[i] for i in sorted(bisection.results)]
     for before, after in zip(ran, ran[1:]):

@@ -14,6 +14,8 @@ except ImportError:  # Python < 3.11
 MATRIX_FILE = pathlib.Path(__file__).with_name("matrix.toml")
 PYPI = "pypi"
 REGISTRY = "registry"  # the tag of sessions whose torch wheel comes from the package registry
+LIGHTNING = "lightning"  # the tag of the sessions of the Lightning axis (each row's newest Lightning)
+LIGHTNING_NEWEST = "lightning_newest"  # the label those sessions add to their row's
 
 
 class MatrixError(ValueError):
@@ -35,6 +37,9 @@ class Session:
     nightly: bool = False
     case_timeout: int = 600
     label: str | None = None  # a second environment of the same torch row (another Python, extra packages)
+    # The Lightning axis: the session of the row (era Lightning) whose pins this one repeats with the
+    # newest Lightning that supports its torch; it runs only the cases that use Lightning.
+    lightning_of: str | None = None
 
     @property
     def description(self) -> str:
@@ -42,8 +47,9 @@ class Session:
         where = "CPU" if self.device == "cpu" else f"CUDA {self.cuda_major} GPU"
         wheel = f"{self.index} index" if self.index else "registry default wheel"
         extra = "".join(f", {pin}" for pin in self.extra if self.label)
+        newest = " (the newest that supports this torch; only the cases that use Lightning)" if self.lightning_of else ""
         return (
-            f"Run the cases on {where} with {torch}, Lightning {self.lightning}, "
+            f"Run the cases on {where} with {torch}, Lightning {self.lightning}{newest}, "
             f"Python {self.python}{extra} ({wheel})."
         )
 
@@ -58,7 +64,7 @@ class Session:
         the name back."""
         return {"session": self.name, "device": self.device, "line": self.line,
                 "row": self.torch or "nightly", "label": self.label,
-                "plain": session_name(self.line, self.torch, None)}
+                "plain": session_name(self.line, self.torch, None), "lightning_of": self.lightning_of}
 
     @property
     def requirements(self) -> list[str]:
@@ -95,18 +101,27 @@ def cuda_major_of(flavour: str, pypi_cuda: str | None) -> int:
     return int(digits[:-1])
 
 
+def lightning_label(label: str | None) -> str:
+    """The label of a row's Lightning-axis session: its own label (if any), then `lightning_newest`."""
+    return f"{label}_{LIGHTNING_NEWEST}" if label else LIGHTNING_NEWEST
+
+
 def _require(row: dict, key: str, where: str):
     if key not in row:
         raise MatrixError(f"{where}: missing '{key}'")
     return row[key]
 
 
-def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
-    """Every session of the matrix, in table order (oldest torch first)."""
+def read_table(path: pathlib.Path = MATRIX_FILE) -> dict:
     try:
-        table = tomllib.loads(pathlib.Path(path).read_text())
+        return tomllib.loads(pathlib.Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MatrixError(f"cannot read matrix {path}: {exc}") from exc
+
+
+def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
+    """Every session of the matrix, in table order (oldest torch first)."""
+    table = read_table(path)
     indexes = table.get("indexes", {})
     defaults = table.get("defaults", {})
     rows = table.get("torch", [])
@@ -137,10 +152,14 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
             label=label,
         )
         age = ("oldest",) if row is plain_rows[0] else ("latest",) if row is plain_rows[-1] else ()
-        sessions.append(
-            Session(name=session_name("cpu", torch, label), device="cpu", cuda_major=None, index=None,
-                    index_url=None, tags=("cpu", REGISTRY, *age), **common)
-        )
+        era = Session(name=session_name("cpu", torch, label), device="cpu", cuda_major=None, index=None,
+                      index_url=None, tags=("cpu", REGISTRY, *age), **common)
+        sessions.append(era)
+        newest = row.get("lightning_newest")
+        if newest is not None and str(newest) != era.lightning:  # else the era session holds both
+            sessions.append(dataclasses.replace(
+                era, name=session_name("cpu", torch, lightning_label(label)), lightning=str(newest),
+                label=lightning_label(label), tags=("cpu", REGISTRY, LIGHTNING), lightning_of=era.name))
         for flavour in row.get("cuda", ()):
             major = cuda_major_of(flavour, row.get("pypi_cuda"))
             index = None if flavour == PYPI else flavour

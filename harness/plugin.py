@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from harness import records
+from harness import lightning_use, records
 
 
 def pytest_addoption(parser):
@@ -35,6 +35,8 @@ def pytest_addoption(parser):
                          "that no case meets what an earlier one changed (harness.isolation); `none`, the "
                          "process itself, with known torch state reset between cases; `auto` (default, or "
                          "$HARNESS_ISOLATION), fork where a forked child can run cases")
+    group.addoption("--lightning-cases", action="store_true",
+                    help="run only the cases that use Lightning (harness.lightning_use): a Lightning-axis session")
     group.addoption("--memory-limit", default=os.environ.get("HARNESS_MEMORY_LIMIT", "75%"),
                     help="data memory of each process that runs cases: N%% of this machine's memory shared "
                          "by the workers, or a size such as 8G; 0 for none. A case that exceeds it is "
@@ -72,6 +74,16 @@ def pytest_configure(config):
         from harness import scheduling
 
         config.pluginmanager.register(scheduling, "harness-scheduling")
+
+
+def pytest_collection_modifyitems(config, items):
+    """--lightning-cases: the cases that do not use Lightning are deselected (their outcome does not
+    depend on its release; the row's own session runs them)."""
+    if config.getoption("lightning_cases"):
+        chosen, others = lightning_use.lightning_items(items)
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = chosen
 
 
 def _adopt_rerunfailures_option(config) -> None:

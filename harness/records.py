@@ -35,6 +35,7 @@ class Identity(TypedDict):
     row: str  # the torch row: its version pin, or "nightly"
     label: Optional[str]  # a second environment of the row (another Python, extra packages)
     plain: str  # the row's plain session (itself unless labelled)
+    lightning_of: Optional[str]  # the Lightning axis: the session whose pins it repeats with newer Lightning
 
 
 class Declaration(TypedDict, total=False):
@@ -123,7 +124,8 @@ def identity(session: str, torch: str | None = None, gpu: bool = False) -> Ident
         return matrix.find(session).identity
     except matrix.MatrixError:
         device = "cuda" if gpu else "cpu"
-        return Identity(session=session, device=device, line=device, row=torch or "?", label=None, plain=session)
+        return Identity(session=session, device=device, line=device, row=torch or "?", label=None, plain=session,
+                        lightning_of=None)
 
 
 def case_record(data: dict, **more) -> CaseRecord:

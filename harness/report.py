@@ -23,12 +23,14 @@ TEMPLATES = pathlib.Path(__file__).with_name("templates")
 SYMBOLS = {**{name: o.symbol for name, o in OUTCOMES.items()}, NOT_RUN: "·"}
 CELL_TEXT = {**{name: o.cell for name, o in OUTCOMES.items()}, NOT_RUN: "-"}
 MEANING = {**{name: o.meaning for name, o in OUTCOMES.items()},
-           NOT_RUN: "no record: the session stopped early or lacks the case"}
+           NOT_RUN: "no record: the session stopped early or lacks the case (a Lightning-axis session runs only "
+                    "the cases that use Lightning)"}
 ABSENT_SYMBOL, ABSENT_TEXT = "–", "no device"
 REUSED_MARK = "↺"
 # The sections both renderings carry, in this order: (anchor, title).
 SECTIONS = (("failing", "Failing on the newest torch"), ("known", "Known bugs and documented limitations"),
             ("transitions", "Regressions and fixes between torch versions"),
+            ("lightning", "Where Lightning changes an outcome"),
             ("other-environments", "Other environments of a row"), ("baseline", "Against the baseline"),
             ("previous", "Against the previous run (for information)"),
             ("sessions", "Sessions"), ("matrix", "Matrix"))
@@ -54,6 +56,7 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
         "failing": analysis.failing_groups(sessions, case_ids),
         "known": analysis.known_groups(sessions, case_ids),
         "transitions": analysis.transitions(sessions, case_ids),
+        "lightning": analysis.lightning_differences(sessions, case_ids),
         "other_environments": analysis.other_environments(sessions, case_ids),
         "baseline": against.compare(sessions, earlier) if earlier is not None else None,
         "previous": against.compare(sessions, night_before) if night_before is not None else None,
@@ -77,9 +80,12 @@ def summary_parts(data: dict) -> list[str]:
     versions = sorted({s["torch"] for s in sessions}, key=records.torch_version)
     shown = [str(records.torch_version(v)) for v in versions]
     span = f"torch {shown[0]}" if len(shown) == 1 else f"torch {shown[0]} to {shown[-1]}"
-    labelled = [s["name"] for s in sessions if s["label"]]
+    labelled = [s["name"] for s in sessions if s["label"] and not s["lightning_of"]]
+    axis = [s for s in sessions if s["lightning_of"]]
     parts = [f"{_plural(len(sessions), 'session')} on {span}"
              + (f" ({len(labelled)} another environment of a row: {', '.join(labelled)})" if labelled else "")
+             + (f" ({len(axis)} of the Lightning axis: a row's pins with the newest Lightning that supports its "
+                f"torch, the cases that use Lightning only)" if axis else "")
              + f", {_plural(len(data['cases']), 'case')}."]
     for newest in data["newest"]:
         counted = ", ".join(f"{n:,} {o}" for o, n in newest["counts"].items())

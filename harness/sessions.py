@@ -175,15 +175,62 @@ def nox_command() -> list[str]:
     raise SessionError("nox is not installed here: `python -m pip install nox uv`")
 
 
-def ensure_venv(session: str, envdir: os.PathLike | None = None, build: bool = True) -> pathlib.Path | None:
+def install_steps(spec: matrix.Session, wheel: dict) -> list[list[str]]:
+    """The arguments of each install command that builds the session's venv, in order (the noxfile's
+    `session.install`, or `uv pip install` for an environment outside the table). A PyTorch index
+    is used alone for torch (and, but for the CPU index, what it needs), then the registry for the
+    rest: no command ever mixes two indexes."""
+    pre = ["--pre"] if spec.nightly else []
+    if wheel["build"] == CPU_BUILD:
+        # torch alone from the CPU index; the registry then supplies what it needs and the rest, the
+        # installed +cpu build satisfying the pin.
+        return [["--index-url", wheel["index"], "--no-deps", spec.requirements[0]],
+                [*spec.requirements, *HARNESS_REQUIREMENTS]]
+    if spec.index_url:
+        torch_pin = spec.requirements[0]
+        # torch stays pinned (a nightly as installed) while the registry supplies the rest.
+        torch = [] if spec.nightly else [torch_pin]
+        return [[*pre, "--index-url", spec.index_url, torch_pin],
+                [*torch, *spec.requirements[1:], *HARNESS_REQUIREMENTS]]
+    return [[*pre, *spec.requirements, *HARNESS_REQUIREMENTS]]
+
+
+def build_venv(spec: matrix.Session, envdir: os.PathLike | None = None) -> pathlib.Path:
+    """A venv for an environment outside the table (a row's pins with another Lightning, for a
+    bisection along Lightning), built as its row's session builds its own: the same install steps."""
+    from harness.lightning import uv
+
+    location = venv_dir(spec.name, envdir)
+    wheel = torch_wheel(spec)
+    find_interpreters([spec.python])
+    print(f"building the environment {location} (torch: the {wheel['build']} build)", file=sys.stderr, flush=True)
+    commands = [[uv(), "venv", "--quiet", "--allow-existing", "--python", f"python{spec.python}", str(location)]]
+    commands += [[uv(), "pip", "install", "--quiet", "--python", str(location / "bin" / "python"), *step]
+                 for step in install_steps(spec, wheel)]
+    for command in commands:
+        done = subprocess.run(command, cwd=ROOT, stdout=sys.stderr, stderr=sys.stderr,
+                              env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+        if done.returncode != 0:
+            raise SessionError(f"building {location} failed (exit {done.returncode}): {' '.join(command[:4])} ...")
+    (location / TORCH_WHEEL_FILE).write_text(json.dumps(wheel))
+    (location / STAMP).write_text(pins_stamp(spec, wheel))
+    return location / "bin" / "python"
+
+
+def ensure_venv(session: str | matrix.Session, envdir: os.PathLike | None = None,
+                build: bool = True) -> pathlib.Path | None:
     """The python of `session`'s venv, built with `nox -s SESSION --install-only` when missing
-    (None instead when `build` is false)."""
-    spec = matrix.find(session)
+    (None instead when `build` is false); an environment outside the table (given as its spec) is
+    built by build_venv."""
+    outside = isinstance(session, matrix.Session)  # a spec: an environment outside the table
+    spec = session if outside else matrix.find(session)
     python = venv_python(spec.name, envdir)
     if python.exists():
         return python
     if not build:
         return None
+    if outside:
+        return build_venv(spec, envdir)
     command = nox_command() + ["-f", str(ROOT / "noxfile.py"), "-s", spec.name, "--install-only",
                                "--envdir", str(pathlib.Path(envdir or default_envdir()))]
     print(f"building the environment of {spec.name}: {' '.join(command)}", file=sys.stderr, flush=True)
@@ -233,6 +280,7 @@ def case_options(spec: matrix.Session) -> list[str]:
         "--capture=tee-sys",  # sys-level capture only: a dying worker's output reaches its log
         f"--timeout={spec.case_timeout}", "--timeout-method=thread",
         "-rfEX",
+        *(["--lightning-cases"] if spec.lightning_of else []),  # the Lightning axis: only what Lightning touches
     ]
 
 

@@ -23,8 +23,9 @@ def run_target(target: bisect.Target, script: pathlib.Path, timeout: float, memo
     return scriptrun.run(target.python, script, timeout=timeout, memory_limit=memory_limit, cache_dir=cache)
 
 
-def table(script: pathlib.Path, rows: list[tuple[bisect.Target, scriptrun.ScriptRun | None]]) -> str:
-    lines = [f"Sweep of `{script.name}`", "", "| torch | session | outcome | exit | seconds | message |",
+def table(script: pathlib.Path, rows: list[tuple[bisect.Target, scriptrun.ScriptRun | None]], axis: str = "torch",
+          fixed: str = "") -> str:
+    lines = [f"Sweep of `{script.name}`{fixed}", "", f"| {axis} | session | outcome | exit | seconds | message |",
              "|---|---|---|---|---|---|"]
     for target, result in rows:
         if result is None:
@@ -34,7 +35,7 @@ def table(script: pathlib.Path, rows: list[tuple[bisect.Target, scriptrun.Script
             lines.append(f"| {target.version} | {target.session} | {result.outcome} | {result.exit} | "
                          f"{result.seconds:.1f} | {message} |")
     ran = [(t, r) for t, r in rows if r is not None]
-    changes = [f"Changes between torch {a.version} ({ra.outcome}) and {b.version} ({rb.outcome})."
+    changes = [f"Changes between {axis} {a.version} ({ra.outcome}) and {b.version} ({rb.outcome})."
                for (a, ra), (b, rb) in zip(ran, ran[1:]) if ra.outcome != rb.outcome]
     return "\n".join(lines + ([""] + changes if changes else [])) + "\n"
 
@@ -45,25 +46,24 @@ def default_out(script: pathlib.Path) -> pathlib.Path:
 
 def command(args) -> int:
     script = preflight.check_script(args.script)
-    targets = bisect.plan(args.first, args.last, args.device, envdir=args.envdir)  # an empty range: ValueError
+    targets = bisect.targets_of(args)  # an unknown row or an empty range: ValueError
     missing = [t.session for t in targets if not t.built]
     if missing and not args.no_build:
         print(f"sweep will build {len(missing)} environment(s): {', '.join(missing)}", file=sys.stderr, flush=True)
-    print(f"sweep {script.name}: torch {targets[0].version} to {targets[-1].version}, {len(targets)} version(s)",
-          flush=True)
+    print(f"sweep {script.name}: {bisect.span(args, targets)}", flush=True)
     rows = []
     for target in targets:
         if not target.built:
-            target.python = sessions.ensure_venv(target.session, args.envdir, build=not args.no_build)
+            target.python = sessions.ensure_venv(target.spec if target.outside else target.session, args.envdir, build=not args.no_build)
         if target.python is None:
             rows.append((target, None))
-            print(f"torch {target.version:<8} {target.session:<16} not run (no environment; --no-build)", flush=True)
+            print(f"{args.along} {target.version:<8} {target.session:<16} not run (no environment; --no-build)", flush=True)
             continue
         result = run_target(target, script, args.timeout, args.memory_limit)
         rows.append((target, result))
-        print(f"torch {target.version:<8} {target.session:<16} {result.outcome:<10} {result.exit:<9} "
+        print(f"{args.along} {target.version:<8} {target.session:<16} {result.outcome:<10} {result.exit:<9} "
               f"{result.seconds:6.1f} s  {result.message[:120]}".rstrip(), flush=True)
-    text = table(script, rows)
+    text = table(script, rows, args.along, f" at torch {targets[0].spec.torch}" if args.along == "lightning" else "")
     out = pathlib.Path(args.out) if args.out else default_out(script)
     out.parent.mkdir(parents=True, exist_ok=True)
     records.write_atomically(out, text)

@@ -109,3 +109,87 @@ def test_finds_the_boundary_of_a_real_fix_in_the_matrix_venvs():
     done = harness(case, "--from", "2.4", "--to", "2.5", "--no-build")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "boundary: 2.4.1 (known) -> 2.5.1 (" in done.stdout
+
+
+# --- along Lightning, at a fixed torch ---
+
+FLOW = "empty_init/reporter_flow_fit_save_load_infer[inductor-fullgraph-linear-trainer_init_module_empty]"
+
+
+def registry_reachable() -> bool:
+    from harness import lightning
+
+    try:
+        lightning.releases("lightning")
+    except lightning.RegistryError:
+        return False
+    return True
+
+
+needs_registry = pytest.mark.skipif("not registry_reachable()", reason="the package registry is not reachable")
+
+
+@needs_registry
+def test_along_lightning_the_releases_from_the_rows_own_to_the_newest_that_supports_its_torch(tmp_path):
+    from harness import matrix
+
+    era, newest = matrix.find("cpu_torch25"), matrix.find("cpu_torch25_lightning_newest")
+    targets = bisect.plan_lightning("2.5", envdir=tmp_path)
+    assert (targets[0].version, targets[0].session) == (era.lightning, "cpu_torch25")
+    assert (targets[-1].version, targets[-1].session) == (newest.lightning, newest.name)
+    assert [bisect.version_key(t.version) for t in targets] == sorted(bisect.version_key(t.version) for t in targets)
+    assert len(targets) > 4 and not any(t.outside for t in (targets[0], targets[-1]))
+    for target in targets:
+        assert target.spec.torch == "2.5.1" and target.spec.extra == era.extra and target.spec.lightning == target.version
+        assert not target.spec.lightning_of  # the case's node id runs, not the Lightning-axis selection
+        assert target.outside == (target.session not in (era.name, newest.name))
+        assert f"lightning=={target.version}" in target.spec.requirements
+    narrowed = bisect.plan_lightning("2.5", "2.5.1", "2.5", envdir=tmp_path)
+    assert [t.version for t in narrowed][0] == "2.5.1" and all(t.version.startswith("2.5.") for t in narrowed)
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (["--along", "lightning", "--torch", "2.55"], "error: --torch 2.55 names no cpu row of the matrix"),
+    (["--along", "lightning", "--torch", "2"], "error: --torch 2 names several cpu rows of the matrix: 2.1.2, "),
+    (["--along", "lightning"], "error: --along lightning needs --torch VERSION"),
+    (["--torch", "2.5"], "error: --torch holds a row fixed along lightning: add --along lightning"),
+    (["--along", "lightning", "--torch", "2.5", "--env", f"2.5={sys.executable}"], "error: --env bisects over"),
+    pytest.param(["--along", "lightning", "--torch", "2.5", "--from", "2.7"],
+                 "error: no Lightning release from 2.7 to 2.6.6 supports torch 2.5.1 on Python 3.11", marks=needs_registry),
+])
+def test_bad_input_along_lightning_is_one_line_before_any_build(tmp_path, args, error):
+    done = harness(FLOW, *args, "--envdir", str(tmp_path / "envs"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(error), done.stderr
+    assert not (tmp_path / "envs").exists()
+
+
+@needs_registry
+def test_a_bisection_along_lightning_names_the_first_release_that_changes(monkeypatch, tmp_path, capsys):
+    # The two ends are the row's sessions (built); the outcomes of the releases between are given.
+    targets = bisect.plan_lightning("2.5", envdir=tmp_path)
+    change = next(i for i, t in enumerate(targets) if t.version == "2.5.3")
+    for end in (targets[0], targets[-1]):
+        end.python.parent.mkdir(parents=True)
+        end.python.write_text("")
+    built = []
+
+    def build(session, envdir=None, build=True):
+        assert session.lightning and session.torch == "2.5.1"  # an environment outside the table: its spec
+        built.append(session.lightning)
+        return tmp_path / session.name / "python"
+
+    monkeypatch.setattr(bisect, "plan_lightning", lambda *args, **kwargs: targets)
+    monkeypatch.setattr(sessions, "ensure_venv", build)
+    monkeypatch.setattr(repro, "collect", lambda python, ids: {"cases": {FLOW: {"nodeid": "n"}}})
+    monkeypatch.setattr(bisect, "run_case", lambda target, nodeid, case: bisect.Result(
+        target, "known" if targets.index(target) < change else "fixed"))
+    args = __import__("harness.__main__").__main__.parser().parse_args(
+        ["bisect", FLOW, "--along", "lightning", "--torch", "2.5"])
+    assert bisect.command(args) == 0
+    out = capsys.readouterr().out
+    assert f"bisect {FLOW}: lightning 2.4.0 to 2.6.6 at torch 2.5.1, {len(targets)} version(s)" in out
+    assert f"boundary: {targets[change - 1].version} (known) -> 2.5.3 (fixed)" in out
+    assert [line.split()[:2] for line in out.splitlines() if line.startswith("lightning ")][:2] == [
+        ["lightning", "2.4.0"], ["lightning", "2.6.6"]]
+    assert 1 <= len(built) <= 4 and f"built {len(built)} environment(s)" in out  # log2 of the releases between

@@ -91,3 +91,79 @@ def test_adding_a_version_is_one_row(tmp_path):
     sessions = {s.name: s for s in matrix.load(path)}
     assert {"cpu_torch216", "cuda13_torch216"} <= set(sessions)
     assert "latest" in sessions["cpu_torch216"].tags and "latest" not in sessions["cpu_torch215"].tags
+
+
+# --- the Lightning axis ---
+
+ERA_ONLY = {"cpu_torch213", "cpu_torch214", "cpu_torch215"}  # their era's Lightning is the newest already
+
+
+def test_every_cpu_row_has_both_lightning_releases():
+    plain = [s for s in SESSIONS if s.device == "cpu" and not s.nightly and not s.lightning_of]
+    axis = {s.lightning_of: s for s in SESSIONS if s.lightning_of}
+    for era in plain:
+        newest = axis.get(era.name)
+        if era.name in ERA_ONLY:
+            assert newest is None
+            continue
+        assert newest is not None, era.name
+        assert newest.name == f"{era.name}_{matrix.LIGHTNING_NEWEST}" and matrix.LIGHTNING in newest.tags
+        assert newest.torch == era.torch and newest.python == era.python and newest.extra == era.extra
+        assert Version(newest.lightning) > Version(era.lightning)
+        assert f"lightning=={newest.lightning}" in newest.requirements
+        assert newest.identity["lightning_of"] == era.name and era.identity["lightning_of"] is None
+        assert "only the cases that use Lightning" in newest.description
+    assert {s.name for s in SESSIONS if matrix.LIGHTNING in s.tags} == {s.name for s in axis.values()}
+    assert "cpu_torch25_py310_pyg_lightning_newest" in NAMES
+
+
+def test_lightning_sessions_run_only_the_cases_that_use_lightning():
+    from harness import sessions
+
+    assert "--lightning-cases" in sessions.case_options(matrix.find("cpu_torch25_lightning_newest", SESSIONS))
+    assert "--lightning-cases" not in sessions.case_options(matrix.find("cpu_torch25", SESSIONS))
+
+
+def lightning_newest(*args):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    return subprocess.run([sys.executable, "-m", "harness", "lightning-newest", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+
+
+def registry_reachable() -> bool:
+    from harness import lightning
+
+    try:
+        lightning.releases("lightning")
+    except lightning.RegistryError:
+        return False
+    return True
+
+
+@pytest.mark.skipif("not registry_reachable()", reason="the package registry is not reachable")
+def test_the_recorded_newest_lightning_is_what_the_releases_metadata_gives():
+    # Through the command that writes it: exit 0 only when every row records what the registry resolves.
+    done = lightning_newest()
+    assert done.returncode == 0, done.stdout + done.stderr
+    for session in (s for s in SESSIONS if s.lightning_of):
+        assert f"torch {session.torch}" in done.stdout and f"newest supporting it {session.lightning}" in done.stdout
+
+
+@pytest.mark.skipif("not registry_reachable()", reason="the package registry is not reachable")
+def test_lightning_newest_write_records_the_resolved_release(tmp_path):
+    path = tmp_path / "matrix.toml"
+    path.write_text(ROW + 'lightning_newest = "2.4.0"\nextra = ["setuptools"]\n\n' + ROW.replace('"3.11"', '"3.10"')
+                    + 'extra = ["setuptools"]\nlabel = "py310"\n')
+    stale = lightning_newest("--matrix", str(path))
+    assert stale.returncode == 1 and stale.stderr.count("\n") == 1, stale.stderr
+    assert "(recorded: 2.4.0)" in stale.stdout and "(recorded: none)" in stale.stdout
+    written = lightning_newest("--matrix", str(path), "--write")
+    assert written.returncode == 0, written.stderr
+    axis = [s for s in matrix.load(path) if s.lightning_of]
+    assert {s.name for s in axis} == {"cpu_torch25_lightning_newest", "cpu_torch25_py310_lightning_newest"}
+    assert len({s.lightning for s in axis}) == 1 and Version(axis[0].lightning) > Version("2.4.0")
+    assert lightning_newest("--matrix", str(path)).returncode == 0

@@ -46,6 +46,34 @@ def test_tags_select_groups(tag, check):
     assert sessions and all(check(name) for name in sessions)
 
 
+def test_the_lightning_tag_lists_the_lightning_axis_from_the_table():
+    axis = listed("-t", "lightning")
+    assert set(axis) == {s.name for s in matrix.load() if s.lightning_of} and "cpu_torch25_lightning_newest" in axis
+    for name, entry in axis.items():
+        spec = matrix.find(name)
+        assert f"Lightning {spec.lightning} (the newest that supports this torch; only the cases that use " \
+               "Lightning)" in entry["description"]
+    assert set(listed("-t", "cpu")) >= set(axis)  # the nightly's CPU matrix runs them too
+
+
+@pytest.mark.slow
+def test_a_lightning_session_runs_only_the_cases_that_use_lightning(tmp_path):
+    name = "cpu_torch25_lightning_newest"
+    selection = "plain_checkpoint and eager and fullgraph or init_module_around_compiled_init_call and eager and full_init"
+    result = nox("-s", name, "--", "cases/test_checkpoint.py", "cases/test_empty_init.py", "-k", selection,
+                 env={records.RESULTS_ENV: str(tmp_path)})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    back = records.read(tmp_path / f"{name}.jsonl")
+    cases = [r["case"] for r in back if r["kind"] == "case"]
+    assert cases and all(c.startswith("empty_init/init_module_around_compiled_init_call[") for c in cases), cases
+    # The same selection without the Lightning axis's own takes a checkpoint case too: the row's session runs it.
+    collected = subprocess.run([str(sessions.venv_python(name)), "-m", "pytest", "--collect-only", "-q",
+                                "-p", "no:cacheprovider", "cases/test_checkpoint.py", "-k", selection],
+                               cwd=ROOT, capture_output=True, text=True)
+    assert "test_checkpoint.py::test_plain_checkpoint[" in collected.stdout, collected.stdout[-2000:]
+    assert back[0]["lightning"] == matrix.find(name).lightning and back[0]["identity"]["lightning_of"] == "cpu_torch25"
+
+
 def test_plain_nox_runs_the_main_job_only():
     marked = [line.split()[1] for line in nox("-l").stdout.splitlines() if line.startswith("* ")]
     assert marked == ["cpu_torch215"]  # `*`: what plain `nox` selects

@@ -43,11 +43,11 @@ def case_record(case, outcome, message=None, upstream=None, **extra):
             "nodeid": f"cases/test_{family}.py::test_{variant}[{params}", **extra}
 
 
-def write_session(directory, name, torch, cases, finished=True, python="3.11", gpu=None):
+def write_session(directory, name, torch, cases, finished=True, python="3.11", gpu=None, lightning="2.4.0"):
     """`cases`: case id -> outcome, or -> a dict of the record's fields (outcome first)."""
     directory.mkdir(parents=True, exist_ok=True)
     writer = records.ResultsWriter(directory / f"{name}.jsonl")
-    writer.write({"kind": "environment", "session": name, "torch": torch, "lightning": "2.4.0", "cuda": "12.4",
+    writer.write({"kind": "environment", "session": name, "torch": torch, "lightning": lightning, "cuda": "12.4",
                   "python": python, "gpu": gpu, "started": "2026-11-22T03:00:00+00:00", "git_commit": "a2c391e"})
     for case, spec in cases.items():
         spec = {"outcome": spec} if isinstance(spec, str) else spec
@@ -105,7 +105,8 @@ def test_report_opens_on_failing_groups_known_bugs_regressions_then_the_rest(mat
     text = (tmp_path / "out" / "REPORT.md").read_text()
     order = ["# torch.compile compatibility report", "6 sessions on torch 2.4.1 to 2.6.0", "Exit status",
              "## Failing on the newest torch", "## Known bugs and documented limitations",
-             "## Regressions and fixes between torch versions", "## Other environments of a row",
+             "## Regressions and fixes between torch versions", "## Where Lightning changes an outcome",
+             "## Other environments of a row",
              "## Against the baseline", "## Sessions", "## Matrix"]
     positions = [text.index(marker) for marker in order]
     assert positions == sorted(positions)
@@ -116,7 +117,7 @@ def test_report_opens_on_failing_groups_known_bugs_regressions_then_the_rest(mat
     html = (tmp_path / "out" / "report.html").read_text()
     positions = [html.index(marker) for marker in ('id="summary"', 'id="failing"', 'id="known"', 'id="transitions"',
                                                    'id="baseline"', 'id="matrix-grid"', 'id="folded"',
-                                                   'id="other-environments"', 'id="sessions"')]
+                                                   'id="lightning"', 'id="other-environments"', 'id="sessions"')]
     assert positions == sorted(positions)
 
 
@@ -216,6 +217,54 @@ def test_labelled_session_without_its_plain_session_says_so(tmp_path):
     data = report.build([tmp_path])
     assert data["transitions"] == [] and data["other_environments"][0]["plain_missing"]
     assert "no results for cpu_torch25, nothing to compare" in report.render_markdown(data)
+
+
+EI = "empty_init/init_module_around_compiled_init_call[cpu-inductor-fullgraph]"
+EI_EAGER = "empty_init/init_module_around_compiled_init_call[cpu-eager-fullgraph]"
+FLOW = "empty_init/reporter_flow_fit_save_load_infer[cpu-inductor-fullgraph]"
+EI_GPU = "empty_init/init_call_in_compiled_fn[cuda-eager-fullgraph]"
+UNDER_MODE = "Dynamic control flow is not supported"
+
+
+def test_where_lightning_changes_an_outcome_per_row_grouped_by_bug(tmp_path):
+    # Each row's era session ran every case; its Lightning-axis session only those that use Lightning.
+    era = {CK: "pass", EI: "pass", EI_EAGER: "pass", EI_GPU: "skip",
+           FLOW: {"outcome": "known", "exc_type": "torch._dynamo.exc.UserError", "message": UNDER_MODE + " at line 12",
+                  "upstream": [PYG_REF]}}
+    write_session(tmp_path, "cpu_torch24", "2.4.1", {**era, FLOW: "pass"})
+    write_session(tmp_path, "cpu_torch24_lightning_newest", "2.4.1", {EI: "pass", EI_EAGER: "pass", EI_GPU: "skip",
+                                                                       FLOW: "pass"}, lightning="2.6.6")
+    write_session(tmp_path, "cpu_torch25", "2.5.1", era)
+    attribute = {"outcome": "fail", "exc_type": "AttributeError", "message": "'NoneType' object has no attribute 'type'"}
+    write_session(tmp_path, "cpu_torch25_lightning_newest", "2.5.1", lightning="2.6.6", cases={
+        EI: {**attribute, "message": attribute["message"] + " at 0x7f3a"}, EI_GPU: "skip",
+        EI_EAGER: {**attribute, "message": attribute["message"] + " at 0x55aa"},
+        FLOW: "fixed"})
+    data = report.build([tmp_path])
+    rows = {row["torch"]: row for row in data["lightning"]}
+    assert rows["2.4.1"]["compared"] == 3 and rows["2.4.1"]["groups"] == []  # the GPU case: no device here
+    row = rows["2.5.1"]
+    assert (row["era_session"], row["era_lightning"], row["session"], row["lightning"], row["compared"]) == (
+        "cpu_torch25", "2.4.0", "cpu_torch25_lightning_newest", "2.6.6", 3)
+    # One bug, two addresses: one group; the side that does not pass names it (the era's known bug).
+    assert [(g["signature"], [c["case"] for c in g["cases"]], g["changes"]) for g in row["groups"]] == [
+        ("AttributeError: 'NoneType' object has no attribute 'type' at 0x…", [EI_EAGER, EI], ["pass → fail"]),
+        ("UserError: Dynamic control flow is not supported at line N", [FLOW], ["known → fixed"])]
+    assert row["groups"][-1]["bisect"] == f"nox -s bisect -- '{FLOW}' --along lightning --torch 2.5.1"
+    # Not another environment of the row, and not missing the cases it does not run.
+    assert [e["session"] for e in data["other_environments"]] == []
+    sessions = {s["name"]: s for s in data["sessions"]}
+    assert sessions["cpu_torch25_lightning_newest"]["complete"] and sessions["cpu_torch25"]["complete"]
+    assert "2 of the Lightning axis" in data["summary"] and data["verdict"]["status"] == 0
+    text = section(report.render_markdown(data), "## Where Lightning changes an outcome")
+    assert ("- torch 2.5.1: **cpu_torch25** (Lightning 2.4.0) against **cpu_torch25_lightning_newest** (Lightning "
+            "2.6.6): 3 cases of 3 differ, in 2 groups.") in text
+    assert f"  - UserError: Dynamic control flow is not supported at line N: 1 case (known → fixed): `{FLOW}`; bisect: " \
+           f"`nox -s bisect -- '{FLOW}' --along lightning --torch 2.5.1`" in text
+    assert "the same outcome in all 3 cases both ran." in text
+    report.write(data, tmp_path / "out")
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert 'id="lightning"' in html and "--along lightning --torch 2.5.1" in html
 
 
 def test_cases_that_never_ran_on_their_device_are_folded(tmp_path):

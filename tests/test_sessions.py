@@ -117,3 +117,35 @@ def test_a_cpu_session_from_the_local_index_is_small_and_runs_its_cases(tmp_path
     assert cases and back[-1]["kind"] == "end"
     assert any(c["params"].get("backend") == "inductor" and c["outcome"] != "skip" for c in cases)
     shutil.rmtree(envs)
+
+
+def test_every_session_installs_in_the_steps_its_wheel_asks_for(monkeypatch):
+    spec = matrix.find("cpu_torch25_lightning_newest")
+    cpu = sessions.install_steps(spec, {"build": sessions.CPU_BUILD, "index": "http://127.0.0.1:9/simple"})
+    assert cpu == [["--index-url", "http://127.0.0.1:9/simple", "--no-deps", "torch==2.5.1"],
+                   [*spec.requirements, *sessions.HARNESS_REQUIREMENTS]]  # no command mixes two indexes
+    assert sessions.install_steps(spec, {"build": sessions.REGISTRY_BUILD, "index": None}) == [
+        [*spec.requirements, *sessions.HARNESS_REQUIREMENTS]]
+    cuda = matrix.find("cuda11_torch25")
+    assert [step[:3] for step in sessions.install_steps(cuda, {"build": cuda.index, "index": cuda.index_url})] == [
+        ["--index-url", cuda.index_url, "torch==2.5.1"], ["torch==2.5.1", "lightning==2.4.0", "pytorch-lightning==2.4.0"]]
+
+
+@pytest.mark.slow
+def test_an_environment_outside_the_table_is_built_with_its_rows_steps(tmp_path, monkeypatch):
+    # What a bisection along Lightning builds: a row's pins with another Lightning release.
+    import dataclasses
+
+    monkeypatch.setenv(sessions.TORCH_BUILD_ENV, "registry")  # the registry's wheel, as the table was measured
+    row = matrix.find("cpu_torch212")
+    spec = dataclasses.replace(row, name="cpu_torch212_lightning2_6_6", lightning="2.6.6", label=None)
+    python = sessions.ensure_venv(spec, tmp_path)
+    assert python == sessions.venv_python(spec.name, tmp_path) and python.exists()
+    found = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(*(m.version(d) for d in "
+                            "('torch', 'lightning', 'pytorch-lightning')))"], capture_output=True, text=True)
+    assert found.stdout.split() == ["2.12.1", "2.6.6", "2.6.6"], found.stderr
+    assert sessions.installed_torch_wheel(python.parent.parent)["build"] == sessions.REGISTRY_BUILD
+    assert (python.parent.parent / sessions.STAMP).read_text() == sessions.pins_stamp(
+        spec, {"build": sessions.REGISTRY_BUILD, "index": None})
+    assert sessions.ensure_venv(spec, tmp_path) == python  # built once
+    shutil.rmtree(tmp_path / spec.name)

@@ -62,3 +62,31 @@ def test_bisect_takes_the_same_script(tmp_path):
     assert lines == [["torch", "2.14", "bisect-2.14", "fail"], ["torch", "2.15", "bisect-2.15", "fail"]], done.stdout
     assert "exit 1: ValueError: fails everywhere" in done.stdout
     assert "no boundary: fail on every version that ran" in done.stdout
+
+
+def test_sweep_along_lightning_lists_the_releases_at_the_row(tmp_path):
+    from tests.test_bisect import registry_reachable
+
+    if not registry_reachable():
+        import pytest
+
+        pytest.skip("the package registry is not reachable")
+    script = tmp_path / "ok.py"
+    script.write_text("print('ok')\n")
+    table = tmp_path / "table.md"
+    done = harness("sweep", str(script), "--along", "lightning", "--torch", "2.12", "--no-build",
+                   "--envdir", str(tmp_path / "envs"), "--out", str(table))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "sweep ok.py: lightning 2.6.5 to 2.6.6 at torch 2.12.1, 2 version(s)" in done.stdout
+    assert [line.split()[:3] for line in done.stdout.splitlines() if line.startswith("lightning ")] == [
+        ["lightning", "2.6.5", "cpu_torch212"], ["lightning", "2.6.6", "cpu_torch212_lightning_newest"]]
+    assert "| lightning | session |" in table.read_text() and " at torch 2.12.1" in table.read_text()
+    assert not (tmp_path / "envs").exists()
+
+
+def test_sweep_along_lightning_of_an_unknown_row_is_one_line(tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("print('ok')\n")
+    done = harness("sweep", str(script), "--along", "lightning", "--torch", "1.13", "--envdir", str(tmp_path / "envs"))
+    assert done.returncode == 2 and done.stderr == "error: --torch 1.13 names no cpu row of the matrix\n", done.stderr
+    assert not (tmp_path / "envs").exists()
