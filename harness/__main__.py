@@ -242,7 +242,30 @@ def exit_code(error: Exception) -> int | None:
     return None
 
 
+# Where an import name is not the distribution's name (`pip install` wants the latter).
+DISTRIBUTIONS = {"jinja2": "Jinja2", "pysource_minimize": "pysource-minimize", "yaml": "PyYAML"}
+
+
+def missing_package(error: ModuleNotFoundError) -> str:
+    """One line for a dependency this Python lacks: which package, and how to install it."""
+    module = (error.name or "?").split(".")[0]
+    package = DISTRIBUTIONS.get(module, module)
+    return (f"missing package {package!r} (No module named {error.name!r}) in {sys.executable}: install the "
+            f"project's dependencies with `python -m pip install -e '.[dev]'` in the checkout, "
+            f"or `python -m pip install {package}`")
+
+
 def main(argv=None) -> int:
+    try:
+        return run(argv)
+    except ModuleNotFoundError as error:
+        if not error.name or error.name.split(".")[0] == "harness":
+            raise  # the harness itself is broken: its traceback is the useful part
+        print(f"error: {missing_package(error)}", file=sys.stderr)
+        return 2
+
+
+def run(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.command == "repro" and not args.case and not args.all:
         parser().error("repro needs a CASE_ID, or --all with --session")

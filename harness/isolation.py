@@ -36,10 +36,40 @@ import traceback
 
 from _pytest.reports import TestReport
 
-from harness import workerlog
+from harness import outcomes, workerlog
 from harness.caseid import case_identity
 
 PROBE_TIMEOUT = 120
+UNSENT = 70  # a child's exit status when it could not send its reports (it sends what failed instead)
+
+
+def _describe(error: BaseException) -> str:
+    lines = outcomes.exception_text(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+def _write_all(fd: int, data: bytes, quiet: bool = False) -> None:
+    """All of `data` into the pipe `fd` (os.write may take part of it), then closed."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        if not quiet:
+            raise
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _parse(data: bytes) -> dict | None:
+    try:
+        sent = json.loads(data)
+    except ValueError:
+        return None
+    return sent if isinstance(sent, dict) else None
 
 
 def _die_with_parent() -> None:
@@ -138,17 +168,20 @@ class ForkedAttempt:
         data, killed = _read_all(read, pid, deadline)
         status = _wait(pid)
         printed = self._child_output(output)
-        if status == 0 and not killed:
+        sent = _parse(data) if not killed else None
+        if status == 0 and sent and "reports" in sent:
             try:
-                sent = json.loads(data)
                 reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in sent["reports"]]
                 return reports, sent["leaked"]
-            except (ValueError, KeyError, TypeError):
-                pass
+            except Exception as error:  # logged in the record: what the worker could not read
+                sent = {"unsent": "reading its reports in the worker", "error": _describe(error)}
+                return [self._unsent(sent, printed, time.time() - started)], []
+        if status == UNSENT and sent and "unsent" in sent:
+            return [self._unsent(sent, printed, time.time() - started)], []
         return [self._died(status, printed, time.time() - started, killed)], []
 
     def _child(self, protocol, write: int, output) -> None:
-        code = 70  # the child could not send its reports: its output says why
+        code, stage = UNSENT, "starting the case's process"
         try:
             _die_with_parent()
             if output is not None:
@@ -157,15 +190,20 @@ class ForkedAttempt:
                 import faulthandler
 
                 faulthandler.enable(file=output, all_threads=True)
+            stage = "running the case's protocol"
             reports, leaked = protocol()
+            stage = "serialising its reports"
             config = self.item.config
-            payload = {"reports": [config.hook.pytest_report_to_serializable(config=config, report=r) for r in reports],
-                       "leaked": leaked}
-            with os.fdopen(write, "wb") as pipe:
-                pipe.write(json.dumps(payload, default=str).encode())
+            payload = json.dumps({"leaked": leaked, "reports": [
+                config.hook.pytest_report_to_serializable(config=config, report=r) for r in reports]},
+                default=str).encode()
+            stage = "sending its reports"
+            _write_all(write, payload)
             code = 0
-        except BaseException:
+        except BaseException as error:
             traceback.print_exc()
+            # What part failed, for the record: the parent otherwise sees a silent status.
+            _write_all(write, json.dumps({"unsent": stage, "error": _describe(error)}).encode(), quiet=True)
         finally:
             for stream in (sys.stdout, sys.stderr):
                 try:
@@ -173,6 +211,12 @@ class ForkedAttempt:
                 except Exception:
                     pass
             os._exit(code)
+
+    def _unsent(self, sent: dict, printed: str, seconds: float) -> TestReport:
+        """The report of an attempt whose process ran but could not send its reports: an `error`
+        of the harness, naming the part that failed (not a crash: nothing died)."""
+        message = f"the case's report did not reach the harness: {sent['unsent']} raised {sent['error']}"
+        return self._report("error", message, printed, seconds)
 
     def _child_output(self, output) -> str:
         if output is None:
@@ -190,9 +234,14 @@ class ForkedAttempt:
         outcome, message = workerlog.crash_summary(printed, status, case_file, self.time_limit)
         if killed:
             outcome, message = "timeout", f"ran past its time limit of {self.time_limit:g} s; killed by the harness"
+        return self._report(outcome, message, printed, seconds)
+
+    def _report(self, outcome: str, message: str, printed: str, seconds: float) -> TestReport:
         tail = workerlog.shorten(printed)
         metrics = self.log.measured(self.item.nodeid) if self.log is not None else {}
         data = {**case_identity(self.item), "phase": "crash", "outcome": outcome, "exc_type": None,
                 "message": message, "reference": None, "declared": [], "metrics": metrics, "output_tail": tail}
+        if self.log is not None:
+            data["log"] = str(self.log.path)  # the whole of what it printed
         return TestReport(self.item.nodeid, self.item.location, {}, "failed", f"{message}\n\n{tail}" if tail else message,
                           "call", user_properties=[("harness", data)], duration=seconds)

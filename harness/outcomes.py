@@ -62,10 +62,23 @@ def exception_chain(exc: BaseException):
         exc = exc.__cause__ or exc.__context__
 
 
+def exception_text(exc: BaseException) -> str:
+    """`str(exc)`; for an exception whose `str()` raises, a text that says so and names its type
+    (the case still failed: its record must not turn into a harness error or a crash)."""
+    try:
+        return str(exc)
+    except Exception as error:
+        try:
+            why = f"{type(error).__name__}: {error}"
+        except Exception:
+            why = type(error).__name__
+        return f"<unprintable {qualname(type(exc))}: its str() raised {why}>"
+
+
 def first_line(exc: BaseException) -> str:
     """The exception's first line; when it only announces what follows ("backend='x' raised:"),
     the next line too."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    lines = [line.strip() for line in exception_text(exc).strip().splitlines() if line.strip()]
     if not lines:
         return ""
     return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
@@ -109,7 +122,7 @@ class Expected:
 
     def matches(self, exc: BaseException) -> bool:
         return any(any(is_instance_named(candidate, name) for name in self.raises)
-                   and (self.match is None or re.search(self.match, str(candidate)))
+                   and (self.match is None or re.search(self.match, exception_text(candidate)))
                    for candidate in exception_chain(exc))
 
     def as_record(self) -> dict:
@@ -144,7 +157,7 @@ MEMORY_EXHAUSTED = re.compile(r"can't allocate memory|not enough memory|out of m
 
 def out_of_memory(exc: BaseException) -> bool:
     return any(isinstance(e, MemoryError) or is_instance_named(e, "OutOfMemoryError")
-               or (isinstance(e, RuntimeError) and MEMORY_EXHAUSTED.search(str(e)))
+               or (isinstance(e, RuntimeError) and MEMORY_EXHAUSTED.search(exception_text(e)))
                for e in exception_chain(exc))
 
 

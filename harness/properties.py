@@ -31,6 +31,8 @@ import zlib
 import hypothesis
 from hypothesis import HealthCheck, Phase
 
+from harness import outcomes
+
 if sys.version_info < (3, 11):  # hypothesis depends on the backport there
     from exceptiongroup import ExceptionGroup
 
@@ -77,7 +79,7 @@ def reset_example() -> None:
 
 
 def error_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    lines = [line.strip() for line in outcomes.exception_text(exc).splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
 
 

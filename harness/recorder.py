@@ -11,10 +11,8 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -111,7 +109,9 @@ class ResultsRecorder:
         plan = self.config.getoption("reuse_plan")
         self.plan = json.loads(pathlib.Path(plan).read_text()) if plan else None
         self.started = time.time()
-        self.worker_dir = pathlib.Path(tempfile.mkdtemp(prefix=f"harness-{self.name}-"))
+        # The workers' logs: what every case printed, in full (a record keeps the ends of a long text
+        # and names its log). Kept with pytest's base temporary directory, its last three runs.
+        self.worker_dir = self.config._tmp_path_factory.mktemp(f"harness-{self.name}-logs")
 
     # --- xdist: the controller's view of its workers ---
 
@@ -138,7 +138,7 @@ class ResultsRecorder:
         report.user_properties.append(("harness", {
             **(noted.get("identity") or identity_from_nodeid(crashitem)), "phase": "crash", "outcome": outcome,
             "exc_type": None, "message": message, "reference": None, "declared": [], "metrics": noted.get("metrics", {}),
-            "output_tail": tail}))
+            "output_tail": tail, "log": str(workerlog.WorkerLog(self.worker_dir, worker.gateway.id).path)}))
         report.longrepr = f"{message}\n\n{tail}" if tail else message
 
     def _unknown_cases(self) -> list[str]:
@@ -191,8 +191,6 @@ class ResultsRecorder:
         self._write(record)
 
     def pytest_sessionfinish(self, session, exitstatus):
-        if self.worker_dir is not None:
-            shutil.rmtree(self.worker_dir, ignore_errors=True)
         unknown = self._unknown_cases()
         if unknown:
             # workers collected only what was asked for: `python -m harness repro ID` names the closest

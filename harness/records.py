@@ -94,7 +94,62 @@ class EndRecord(TypedDict, total=False):
 
 
 CASE_KEYS = ("case", "family", "params", "outcome", "exc_type", "message", "reference", "declared")
-OPTIONAL_CASE_KEYS = ("attempts", "leaked", "output_tail", "reused_from")
+OPTIONAL_CASE_KEYS = ("attempts", "leaked", "output_tail", "reused_from", "workdir", "log")
+
+# Size bounds of a record. A case may raise a 10 MB message or print 17 MB; stored whole it makes a
+# results line of 30 MB that every reader (report, JUnit, reuse) chokes on. As pytest and PyTorch's
+# CI do, a long text keeps its head and its tail and says how much was cut; the whole of it stays in
+# the worker log the record names (`log`).
+TEXT_LIMITS = {"message": 2000, "output_tail": 4000, "exc_type": 300,  # characters
+               "collect_env": 20_000}  # the environment record's torch.utils.collect_env report
+OTHER_TEXT_LIMIT = 1000  # any other string of a record
+UNCLIPPED = ("case", "nodeid", "family", "session")  # names a reader joins on
+PLACES = ("workdir", "log")  # where this run left something: this machine's paths, kept as they are
+LIST_LIMIT = 50  # items of a list (attempts, leaked): the first ones and the last
+LIST_LIMITS = {"packages": 2000}  # the environment's installed packages
+LINE_LIMIT = 64 * 1024  # bytes of one results line, whatever the case did
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` within `limit` characters: its head and its tail, and how much was cut between."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 60, 2)
+    head, tail = text[:keep // 3], text[len(text) - (keep - keep // 3):]
+    return f"{head}\n[... {len(text) - len(head) - len(tail):,} characters cut ...]\n{tail}"
+
+
+def _bounded(value, key: str | None, scale: float):
+    if isinstance(value, str):
+        if key in PLACES:
+            return value
+        value = portable(value)
+        if key in UNCLIPPED:
+            return value
+        return clip(value, max(int(TEXT_LIMITS.get(key, OTHER_TEXT_LIMIT) * scale), 40))
+    if isinstance(value, dict):
+        return {portable(str(k)): _bounded(v, k, scale) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_bounded(v, key, scale) for v in value]
+        limit = LIST_LIMITS.get(key, LIST_LIMIT)
+        if len(items) > limit:
+            half = limit // 2
+            items = [*items[:half], f"[... {len(items) - 2 * half} items cut ...]", *items[-half:]]
+        return items
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _bounded(str(value), key, scale)  # a path, a version: written as its text
+
+
+def bounded_line(record: dict) -> str:
+    """The record as one results line of at most LINE_LIMIT bytes, its texts `portable`: every text
+    field within its limit, the limits tightened where the fields together still exceed the line's."""
+    scale = 1.0
+    while True:
+        line = json.dumps(_bounded(record, None, scale))
+        if len(line.encode()) <= LINE_LIMIT or scale < 1e-3:
+            return line
+        scale /= 2
 
 
 def results_path(directory: str | os.PathLike, session: str) -> pathlib.Path:
@@ -224,7 +279,7 @@ class ResultsWriter:
     def write(self, record: dict) -> None:
         """Any record read or built here, written as schema 2 (a carried schema 1 record is upgraded)."""
         record = upgrade({"schema": record.get("schema", SCHEMA_VERSION), **record})
-        line = portable(json.dumps(record, default=str, sort_keys=False))
+        line = bounded_line(record)
         self._file.write(line + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())

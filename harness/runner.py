@@ -14,6 +14,7 @@ import faulthandler
 import importlib
 import os
 import pathlib
+import re
 import resource
 import sys
 import traceback
@@ -21,7 +22,7 @@ import traceback
 import pytest
 from _pytest.runner import runtestprotocol
 
-from harness import isolation, outcomes
+from harness import isolation, outcomes, records
 from harness.caseid import case_identity
 from harness.workerlog import WorkerLog
 
@@ -155,6 +156,42 @@ def rerun_count(item, default: int) -> int:
     return int(marker.kwargs.get("reruns", marker.args[0] if marker.args else 1))
 
 
+def read_captured_output_with_replacement() -> None:
+    """A case that writes bytes that are not UTF-8 to `sys.stdout.buffer` must still get its own
+    outcome: pytest's sys-level capture decodes what it caught strictly (`CaptureIO.getvalue`), and
+    its UnicodeDecodeError would replace the case's failure with an error of the harness."""
+    from _pytest import capture
+
+    def getvalue(self) -> str:
+        return self.buffer.getvalue().decode("UTF-8", errors="replace")
+
+    capture.CaptureIO.getvalue = getvalue
+
+
+class WorkingDirectory:
+    """An attempt runs in a directory of its own under pytest's base temporary directory (kept for
+    pytest's last three runs), so that what a case writes (`lightning_logs/`, a `torch.save` to a
+    relative path) never lands in the checkout. `kept`: where, when the case left something there;
+    an empty one is removed."""
+
+    def __init__(self, item):
+        name = re.sub(r"\W+", "_", case_identity(item)["case"])[:60]
+        self.path = item.config._tmp_path_factory.mktemp(f"case-{name}-", numbered=True)
+        self.kept = None
+
+    def __enter__(self):
+        self.before = os.getcwd()
+        os.chdir(self.path)
+        return self
+
+    def __exit__(self, *exc_info):
+        os.chdir(self.before)
+        if any(self.path.iterdir()):
+            self.kept = self.path
+        else:
+            self.path.rmdir()
+
+
 # --- between attempts -----------------------------------------------------------------------------
 
 def _harness_data(report) -> dict | None:
@@ -254,6 +291,7 @@ class CaseRunner:
         self.isolation = config.getoption("isolation")
         self.forking = self.isolation != "none" and hasattr(os, "fork")
         self.in_child = False
+        read_captured_output_with_replacement()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session):
@@ -266,6 +304,9 @@ class CaseRunner:
             resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
         if self.forking:
             os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # is_available() must not touch CUDA here
+        # Made here, once: a forked child that made it first would make it anew, deleting what every
+        # earlier case left there (with xdist the base is given, and pytest clears a given one).
+        self.config._tmp_path_factory.getbasetemp()
         warm_up(self.forking)
         from harness.torchstate import TorchState
 
@@ -313,10 +354,22 @@ class CaseRunner:
                 faulthandler.cancel_dump_traceback_later()
 
     def attempt_here(self, item, nextitem) -> tuple[list, list[str]]:
-        """One attempt in this process: from the clean state, then the state put back."""
+        """One attempt in this process: from the clean state, in a working directory of its own,
+        then the state put back."""
         self.state.fresh()
-        with self.time_backstop(item):
+        with self.time_backstop(item), WorkingDirectory(item) as workdir:
             reports = runtestprotocol(item, nextitem=nextitem, log=False)
+        for report in reports:
+            data = _harness_data(report)
+            if data is None:
+                continue
+            if workdir.kept is not None:
+                data["workdir"] = str(workdir.kept)
+            if self.log is not None and len(data.get("message") or "") > records.TEXT_LIMITS["message"]:
+                # The record keeps the message's ends; the whole of it goes to the worker log it names.
+                os.write(2, f"\n=== harness: {report.when} of {item.nodeid}, in full\n{report.longreprtext}\n"
+                         .encode(errors="replace"))
+                data["log"] = str(self.log.path)
         return reports, self.state.restore()
 
     def attempt_forked(self, item) -> tuple[list, list[str]]:

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 
 import pytest
 
@@ -112,7 +113,8 @@ def test_schema_1_files_read_as_schema_2(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in old))
     environment, *cases, end = records.read(path)
     assert environment["identity"] == {"session": "cpu_torch25_py310_pyg", "device": "cpu", "line": "cpu",
-                                       "row": "2.5.1", "label": "py310_pyg", "plain": "cpu_torch25"}  # the matrix's
+                                       "row": "2.5.1", "label": "py310_pyg", "plain": "cpu_torch25",
+                                       "lightning_of": None}  # the matrix's
     assert [(c["reference"], c["declared"]) for c in cases] == [
         ("o/r#1", [{"ref": "o/r#1"}, {"ref": "o/r#2"}]), (None, [{"ref": "o/r#1"}]), ("o/r#3", [{"ref": "o/r#3"}])]
     assert all("upstream" not in c and c["schema"] == 2 for c in cases) and end["schema"] == 2
@@ -122,7 +124,7 @@ def test_schema_1_files_read_as_schema_2(tmp_path):
 def test_a_session_outside_the_matrix_is_its_own_row():
     assert records.identity("local_torch2.13.0", "2.13.0", gpu=False) == {
         "session": "local_torch2.13.0", "device": "cpu", "line": "cpu", "row": "2.13.0", "label": None,
-        "plain": "local_torch2.13.0"}
+        "plain": "local_torch2.13.0", "lightning_of": None}
 
 
 def test_case_records_from_a_run_that_still_reports_upstream():
@@ -130,3 +132,52 @@ def test_case_records_from_a_run_that_still_reports_upstream():
                                  duration=1.0)
     assert record["reference"] == "https://docs/x" and record["declared"] == [{"ref": "https://docs/x"}]
     assert "upstream" not in record and record["duration"] == 1.0
+
+
+# --- size bounds ---------------------------------------------------------------------------------
+
+def written_line(tmp_path, case: dict) -> str:
+    writer = records.ResultsWriter(tmp_path / "s.jsonl")
+    writer.write(ENV)
+    writer.write({**CASE, **case})
+    writer.close()
+    return (tmp_path / "s.jsonl").read_text(encoding="utf-8").splitlines()[1]
+
+
+def test_a_long_text_keeps_its_head_and_tail_and_says_how_much_was_cut(tmp_path):
+    message = "head of it " + "x" * 10_000_000 + " tail of it"
+    line = written_line(tmp_path, {"outcome": "fail", "message": message,
+                                   "attempts": [{"outcome": "fail", "message": message}] * 2})
+    assert len(line.encode()) <= records.LINE_LIMIT
+    record = records.read(tmp_path / "s.jsonl")[1]
+    for text in (record["message"], *(a["message"] for a in record["attempts"])):
+        assert text.startswith("head of it xxx") and text.endswith("xxx tail of it")
+        assert len(text) <= records.TEXT_LIMITS["message"]
+        marker = re.search(r"\n\[\.\.\. ([\d,]+) characters cut \.\.\.\]\n", text)
+        assert int(marker[1].replace(",", "")) + len(text) - len(marker[0]) == len(message)
+    assert record["case"] == CASE["case"]  # what readers join on is never cut
+
+
+@pytest.mark.parametrize("shape", ["non_ascii", "many_fields", "many_items"])
+def test_every_line_stays_under_the_bound_whatever_the_case_put_in_it(tmp_path, shape):
+    # JSON writes each non-ASCII character as six bytes: the limits tighten until the line fits.
+    big = {"non_ascii": {"message": "\xff" * 100_000, "output_tail": "\u2603" * 100_000,
+                         "exc_type": "é" * 100_000},
+           "many_fields": {"message": "m" * 10**6, "output_tail": "o" * 10**6,
+                           "metrics": {f"figure_{n}": "v" * 5000 for n in range(40)}},
+           "many_items": {"leaked": [f"state {n} " * 100 for n in range(10_000)],
+                          "attempts": [{"outcome": "fail", "message": "z" * 10**5}] * 1000}}[shape]
+    line = written_line(tmp_path, {"outcome": "fail", **big})
+    assert len(line.encode()) <= records.LINE_LIMIT
+    record = records.read(tmp_path / "s.jsonl")[1]
+    assert record["outcome"] == "fail" and record["case"] == CASE["case"]
+    if shape == "many_items":
+        assert len(record["leaked"]) == records.LIST_LIMIT + 1
+        assert record["leaked"][records.LIST_LIMIT // 2] == f"[... {10_000 - records.LIST_LIMIT} items cut ...]"
+
+
+def test_a_short_record_is_written_as_it_is(tmp_path):
+    case = {"outcome": "fail", "message": "m" * records.TEXT_LIMITS["message"], "leaked": ["a"] * records.LIST_LIMIT}
+    written_line(tmp_path, case)
+    record = records.read(tmp_path / "s.jsonl")[1]
+    assert record["message"] == case["message"] and record["leaked"] == case["leaked"]

@@ -1,0 +1,171 @@
+"""Whatever a case raises, prints or writes, its record stays honest and bounded, and the checkout
+stays clean: through the sessions' own pytest command (real xdist, real torch, forked cases), and
+once through `nox -s cpu_torch215 -- FILE` on a planted file (tests/planted/faulty_records.py)."""
+
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from harness import records
+from tests.conftest import ROOT, copy_project, run_nox
+from tests.test_isolation import PLANTED_HEADER, SESSION, by_variant, case_records, ok_case, run_session_command
+
+PLANTED = ROOT / "tests" / "planted" / "faulty_records.py"
+
+
+@pytest.fixture
+def session_env(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("HARNESS_SESSION", SESSION.name)
+    monkeypatch.delenv("HARNESS_WORKERS", raising=False)
+
+
+def run_planted(pytester, body: str) -> dict:
+    path = pytester.makepyfile(test_planted=PLANTED_HEADER + body + "\n\n" + ok_case("after"))
+    result, results_file, _ = run_session_command(pytester, path, "--timeout=120")
+    cases = by_variant(case_records(results_file))
+    assert cases["after"]["outcome"] == "pass", cases["after"]
+    for line in results_file.read_text(encoding="utf-8").splitlines():
+        assert len(line.encode()) <= records.LINE_LIMIT
+    return cases
+
+
+def test_an_exception_without_text_is_a_failure_that_names_its_type(pytester, session_env):
+    cases = run_planted(pytester, '''
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+def test_fault(case):
+    raise Unprintable()
+''')
+    fault = cases["fault"]
+    assert (fault["outcome"], fault["exc_type"]) == ("fail", "test_planted.Unprintable")
+    assert fault["message"] == "<unprintable test_planted.Unprintable: its str() raised RuntimeError: no text>"
+
+
+def test_output_that_is_not_utf8_leaves_the_case_its_own_failure(pytester, session_env):
+    cases = run_planted(pytester, '''
+import sys
+
+
+def test_fault(case):
+    os.write(1, b"raw \\xff\\xfe\\n")
+    sys.stdout.buffer.write(b"through sys.stdout: \\xff\\n")
+    print("and text")
+    assert False, "the case's own failure"
+''')
+    assert (cases["fault"]["outcome"], cases["fault"]["message"]) == ("fail", "the case's own failure")
+
+
+def test_a_report_the_child_cannot_send_says_which_part_failed(pytester, session_env):
+    # A property whose str() raises: the child's reports cannot be serialised for the worker.
+    cases = run_planted(pytester, '''
+class Unprintable:
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+def test_fault(case, record_property):
+    record_property("figure", Unprintable())
+''')
+    fault = cases["fault"]
+    assert fault["outcome"] == "error"
+    assert fault["message"] == ("the case's report did not reach the harness: serialising its reports raised "
+                                "RuntimeError: no text")
+
+
+def test_a_huge_message_is_cut_in_the_record_and_whole_in_the_worker_log(pytester, session_env):
+    cases = run_planted(pytester, '''
+def test_fault(case):
+    raise AssertionError("head " + "x" * 10_000_000 + " tail")
+''')
+    fault = cases["fault"]
+    assert fault["outcome"] == "fail" and len(fault["attempts"]) == 2
+    for message in (fault["message"], *(a["message"] for a in fault["attempts"])):
+        assert message.startswith("head xxx") and message.endswith("xxx tail") and "characters cut" in message
+    log = pathlib.Path(fault["log"])
+    assert ("head " + "x" * 10_000_000 + " tail") in log.read_text()
+
+
+def test_what_a_case_writes_lands_in_its_own_directory(pytester, session_env):
+    cases = run_planted(pytester, '''
+import pathlib
+
+
+def test_fault(case):
+    pathlib.Path("lightning_logs/version_0").mkdir(parents=True)
+    torch.save(torch.ones(2), "model.pt")
+
+
+def test_writes_nothing(case):
+    assert not pathlib.Path("model.pt").exists()
+''')
+    workdir = pathlib.Path(cases["fault"]["workdir"])
+    assert cases["fault"]["outcome"] == "pass" and (workdir / "model.pt").is_file()
+    assert (workdir / "lightning_logs" / "version_0").is_dir()
+    assert cases["writes_nothing"]["outcome"] == "pass" and "workdir" not in cases["writes_nothing"]
+    assert not (pytester.path / "model.pt").exists() and not (pytester.path / "lightning_logs").exists()
+
+
+@pytest.mark.slow
+def test_the_planted_file_through_nox_leaves_honest_bounded_records_and_a_clean_checkout(tmp_path):
+    project = copy_project(tmp_path / "project")
+    (project / "tests" / "planted").mkdir(parents=True)
+    shutil.copy2(PLANTED, project / "tests" / "planted" / PLANTED.name)
+    for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *command], cwd=project, check=True)
+    results = tmp_path / "results"
+    done = run_nox(project, "-s", SESSION.name, "--", f"tests/planted/{PLANTED.name}", "--timeout", "60",
+                   results=results)
+    assert done.returncode == 1, done.stderr[-3000:]  # the planted failures fail the session
+    path = records.results_path(results, SESSION.name)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert max(len(line.encode()) for line in lines) <= records.LINE_LIMIT
+    cases = by_variant(case_records(path))
+    assert {n: r["outcome"] for n, r in cases.items()} == {
+        "unprintable_exception": "fail", "after_unprintable": "pass",
+        "not_utf8_then_fails": "fail", "after_not_utf8": "pass",
+        "huge_message": "fail", "after_huge_message": "pass",
+        "huge_multiline_output": "fail", "after_huge_output": "pass",
+        "writes_into_its_working_directory": "pass", "after_writing": "pass"}
+    assert cases["not_utf8_then_fails"]["exc_type"] == "builtins.AssertionError"
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored=no"], cwd=project, capture_output=True,
+                            text=True, check=True).stdout
+    assert status == "", status
+
+
+def test_a_missing_dependency_is_one_line_for_every_command(tmp_path):
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    commands = {"check-env": ["cuda12_torch25"], "report": [], "repro": ["checkpoint/x"],
+                "bisect": ["checkpoint/x"], "sweep": ["checkpoint/x"], "reduce": ["checkpoint/x", "--session", "s"],
+                "lightning-newest": []}
+    from harness.__main__ import parser
+    assert set(commands) == set(parser()._subparsers._group_actions[0].choices)  # every command
+    for name, args in commands.items():
+        done = subprocess.run([str(bare / "bin" / "python"), "-m", "harness", name, *args], cwd=tmp_path,
+                              capture_output=True, text=True, env={"PYTHONPATH": str(ROOT)})
+        assert done.returncode == 2 and done.stdout == "", (name, done.stderr)
+        assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: missing package 'packaging'"), \
+            (name, done.stderr)
+        assert "pip install -e '.[dev]'" in done.stderr
+
+
+def test_the_report_without_its_templates_package_names_it(tmp_path):
+    # packaging importable, Jinja2 missing: a module in its place fails to import as a missing one does
+    (tmp_path / "hide" / "jinja2").mkdir(parents=True)
+    (tmp_path / "hide" / "jinja2" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'jinja2'\", name='jinja2')\n")
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy2(ROOT / "results" / f"{SESSION.name}.jsonl", results)
+    done = subprocess.run([sys.executable, "-m", "harness", "report", str(results)], cwd=tmp_path,
+                          capture_output=True, text=True,
+                          env={"PYTHONPATH": f"{tmp_path / 'hide'}:{ROOT}"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: missing package 'Jinja2'") and done.stderr.count("\n") == 1, done.stderr
