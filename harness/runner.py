@@ -186,10 +186,15 @@ class WorkingDirectory:
 
     def __exit__(self, *exc_info):
         os.chdir(self.before)
-        if any(self.path.iterdir()):
+        try:
+            if any(self.path.iterdir()):
+                self.kept = self.path
+            else:
+                self.path.rmdir()
+        except FileNotFoundError:  # the case removed it
+            pass
+        except OSError:  # the case made it unreadable: it left something
             self.kept = self.path
-        else:
-            self.path.rmdir()
 
 
 # --- between attempts -----------------------------------------------------------------------------
