@@ -103,10 +103,12 @@ OPTIONAL_CASE_KEYS = ("attempts", "leaked", "output_tail", "reused_from", "workd
 TEXT_LIMITS = {"message": 2000, "output_tail": 4000, "exc_type": 300,  # characters
                "collect_env": 20_000}  # the environment record's torch.utils.collect_env report
 OTHER_TEXT_LIMIT = 1000  # any other string of a record
-UNCLIPPED = ("case", "nodeid", "family", "session")  # names a reader joins on
+UNCLIPPED = ("case", "nodeid", "family", "session")  # names a reader joins on: cut only past NAME_LIMIT
+NAME_LIMIT = 8000
 PLACES = ("workdir", "log")  # where this run left something: this machine's paths, kept as they are
 LIST_LIMIT = 50  # items of a list (attempts, leaked): the first ones and the last
 LIST_LIMITS = {"packages": 2000}  # the environment's installed packages
+DICT_LIMIT = 200  # entries of a mapping (metrics, params), each name at most 200 characters
 LINE_LIMIT = 64 * 1024  # bytes of one results line, whatever the case did
 
 
@@ -125,10 +127,13 @@ def _bounded(value, key: str | None, scale: float):
             return value
         value = portable(value)
         if key in UNCLIPPED:
-            return value
+            return clip(value, NAME_LIMIT)
         return clip(value, max(int(TEXT_LIMITS.get(key, OTHER_TEXT_LIMIT) * scale), 40))
     if isinstance(value, dict):
-        return {portable(str(k)): _bounded(v, k, scale) for k, v in value.items()}
+        entries = list(value.items())
+        if len(entries) > DICT_LIMIT:  # a case's own figures, say: the first ones, and how many more
+            entries = [*entries[:DICT_LIMIT], ("[cut]", f"{len(entries) - DICT_LIMIT} more entries")]
+        return {clip(portable(str(k)), 200): _bounded(v, k, scale) for k, v in entries}
     if isinstance(value, (list, tuple)):
         items = [_bounded(v, key, scale) for v in value]
         limit = LIST_LIMITS.get(key, LIST_LIMIT)

@@ -158,7 +158,7 @@ def test_a_long_text_keeps_its_head_and_tail_and_says_how_much_was_cut(tmp_path)
     assert record["case"] == CASE["case"]  # what readers join on is never cut
 
 
-@pytest.mark.parametrize("shape", ["non_ascii", "many_fields", "many_items"])
+@pytest.mark.parametrize("shape", ["non_ascii", "many_fields", "many_items", "many_entries", "huge_name"])
 def test_every_line_stays_under_the_bound_whatever_the_case_put_in_it(tmp_path, shape):
     # JSON writes each non-ASCII character as six bytes: the limits tighten until the line fits.
     big = {"non_ascii": {"message": "\xff" * 100_000, "output_tail": "\u2603" * 100_000,
@@ -166,11 +166,20 @@ def test_every_line_stays_under_the_bound_whatever_the_case_put_in_it(tmp_path, 
            "many_fields": {"message": "m" * 10**6, "output_tail": "o" * 10**6,
                            "metrics": {f"figure_{n}": "v" * 5000 for n in range(40)}},
            "many_items": {"leaked": [f"state {n} " * 100 for n in range(10_000)],
-                          "attempts": [{"outcome": "fail", "message": "z" * 10**5}] * 1000}}[shape]
+                          "attempts": [{"outcome": "fail", "message": "z" * 10**5}] * 1000},
+           "many_entries": {"metrics": {f"figure_{n}" * 100: n for n in range(100_000)}},
+           "huge_name": {"case": "f/v[" + "p" * 10**6 + "]", "nodeid": "n" * 10**6}}[shape]
     line = written_line(tmp_path, {"outcome": "fail", **big})
     assert len(line.encode()) <= records.LINE_LIMIT
     record = records.read(tmp_path / "s.jsonl")[1]
-    assert record["outcome"] == "fail" and record["case"] == CASE["case"]
+    assert record["outcome"] == "fail"
+    if shape == "huge_name":  # a name is cut only past NAME_LIMIT
+        assert record["case"].startswith("f/v[ppp") and "characters cut" in record["case"]
+    else:
+        assert record["case"] == CASE["case"]
+    if shape == "many_entries":
+        assert len(record["metrics"]) == records.DICT_LIMIT + 1
+        assert record["metrics"]["[cut]"] == f"{100_000 - records.DICT_LIMIT} more entries"
     if shape == "many_items":
         assert len(record["leaked"]) == records.LIST_LIMIT + 1
         assert record["leaked"][records.LIST_LIMIT // 2] == f"[... {10_000 - records.LIST_LIMIT} items cut ...]"
