@@ -44,8 +44,8 @@ UNSENT = 70  # a child's exit status when it could not send its reports (it send
 
 
 def _describe(error: BaseException) -> str:
-    lines = outcomes.exception_text(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    line = outcomes.first_line(error)
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
 def _write_all(fd: int, data: bytes, quiet: bool = False) -> None:
@@ -174,10 +174,10 @@ class ForkedAttempt:
                 reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in sent["reports"]]
                 return reports, sent["leaked"]
             except Exception as error:  # logged in the record: what the worker could not read
-                sent = {"unsent": "reading its reports in the worker", "error": _describe(error)}
-                return [self._unsent(sent, printed, time.time() - started)], []
+                return [self._unsent("reading its reports in the worker", _describe(error), printed,
+                                     time.time() - started)], []
         if status == UNSENT and sent and "unsent" in sent:
-            return [self._unsent(sent, printed, time.time() - started)], []
+            return [self._unsent(sent["unsent"], sent["error"], printed, time.time() - started)], []
         return [self._died(status, printed, time.time() - started, killed)], []
 
     def _child(self, protocol, write: int, output) -> None:
@@ -212,10 +212,10 @@ class ForkedAttempt:
                     pass
             os._exit(code)
 
-    def _unsent(self, sent: dict, printed: str, seconds: float) -> TestReport:
+    def _unsent(self, stage: str, error: str, printed: str, seconds: float) -> TestReport:
         """The report of an attempt whose process ran but could not send its reports: an `error`
         of the harness, naming the part that failed (not a crash: nothing died)."""
-        message = f"the case's report did not reach the harness: {sent['unsent']} raised {sent['error']}"
+        message = f"the case's report did not reach the harness: {stage} raised {error}"
         return self._report("error", message, printed, seconds)
 
     def _child_output(self, output) -> str:

@@ -108,7 +108,8 @@ NAME_LIMIT = 8000
 PLACES = ("workdir", "log")  # where this run left something: this machine's paths, kept as they are
 LIST_LIMIT = 50  # items of a list (attempts, leaked): the first ones and the last
 LIST_LIMITS = {"packages": 2000}  # the environment's installed packages
-DICT_LIMIT = 200  # entries of a mapping (metrics, params), each name at most 200 characters
+DICT_LIMIT = 200  # entries of a mapping (metrics, params)
+KEY_LIMIT = 200  # characters of an entry's name
 LINE_LIMIT = 64 * 1024  # bytes of one results line, whatever the case did
 
 
@@ -121,6 +122,11 @@ def clip(text: str, limit: int) -> str:
     return f"{head}\n[... {len(text) - len(head) - len(tail):,} characters cut ...]\n{tail}"
 
 
+def text_limit(key: str) -> int:
+    """How many characters a record keeps of the text field `key` (before any tightening)."""
+    return TEXT_LIMITS.get(key, OTHER_TEXT_LIMIT)
+
+
 def _bounded(value, key: str | None, scale: float):
     if isinstance(value, str):
         if key in PLACES:
@@ -128,12 +134,12 @@ def _bounded(value, key: str | None, scale: float):
         value = portable(value)
         if key in UNCLIPPED:
             return clip(value, NAME_LIMIT)
-        return clip(value, max(int(TEXT_LIMITS.get(key, OTHER_TEXT_LIMIT) * scale), 40))
+        return clip(value, max(int(text_limit(key) * scale), 40))
     if isinstance(value, dict):
         entries = list(value.items())
         if len(entries) > DICT_LIMIT:  # a case's own figures, say: the first ones, and how many more
             entries = [*entries[:DICT_LIMIT], ("[cut]", f"{len(entries) - DICT_LIMIT} more entries")]
-        return {clip(portable(str(k)), 200): _bounded(v, k, scale) for k, v in entries}
+        return {clip(portable(str(k)), KEY_LIMIT): _bounded(v, k, scale) for k, v in entries}
     if isinstance(value, (list, tuple)):
         items = [_bounded(v, key, scale) for v in value]
         limit = LIST_LIMITS.get(key, LIST_LIMIT)

@@ -370,7 +370,7 @@ class CaseRunner:
                 continue
             if workdir.kept is not None:
                 data["workdir"] = str(workdir.kept)
-            if self.log is not None and len(data.get("message") or "") > records.TEXT_LIMITS["message"]:
+            if self.log is not None and len(data.get("message") or "") > records.text_limit("message"):
                 # The record keeps the message's ends; the whole of it goes to the worker log it names.
                 os.write(2, f"\n=== harness: {report.when} of {item.nodeid}, in full\n{report.longreprtext}\n"
                          .encode(errors="replace"))

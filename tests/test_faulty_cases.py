@@ -11,16 +11,10 @@ import pytest
 
 from harness import records
 from tests.conftest import ROOT, copy_project, run_nox
-from tests.test_isolation import PLANTED_HEADER, SESSION, by_variant, case_records, ok_case, run_session_command
+from tests.test_isolation import (PLANTED_HEADER, SESSION, by_variant, case_records, ok_case,
+                                  run_session_command, session_env)  # noqa: F401 (a fixture, used by name)
 
 PLANTED = ROOT / "tests" / "planted" / "faulty_records.py"
-
-
-@pytest.fixture
-def session_env(monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    monkeypatch.setenv("HARNESS_SESSION", SESSION.name)
-    monkeypatch.delenv("HARNESS_WORKERS", raising=False)
 
 
 def run_planted(pytester, body: str) -> dict:
@@ -33,7 +27,8 @@ def run_planted(pytester, body: str) -> dict:
     return cases
 
 
-def test_an_exception_without_text_is_a_failure_that_names_its_type(pytester, session_env):
+@pytest.mark.usefixtures("session_env")
+def test_an_exception_without_text_is_a_failure_that_names_its_type(pytester):
     cases = run_planted(pytester, '''
 class Unprintable(Exception):
     def __str__(self):
@@ -48,7 +43,8 @@ def test_fault(case):
     assert fault["message"] == "<unprintable test_planted.Unprintable: its str() raised RuntimeError: no text>"
 
 
-def test_output_that_is_not_utf8_leaves_the_case_its_own_failure(pytester, session_env):
+@pytest.mark.usefixtures("session_env")
+def test_output_that_is_not_utf8_leaves_the_case_its_own_failure(pytester):
     cases = run_planted(pytester, '''
 import sys
 
@@ -62,7 +58,8 @@ def test_fault(case):
     assert (cases["fault"]["outcome"], cases["fault"]["message"]) == ("fail", "the case's own failure")
 
 
-def test_a_report_the_child_cannot_send_says_which_part_failed(pytester, session_env):
+@pytest.mark.usefixtures("session_env")
+def test_a_report_the_child_cannot_send_says_which_part_failed(pytester):
     # A property whose str() raises: the child's reports cannot be serialised for the worker.
     cases = run_planted(pytester, '''
 class Unprintable:
@@ -79,7 +76,8 @@ def test_fault(case, record_property):
                                 "RuntimeError: no text")
 
 
-def test_a_huge_message_is_cut_in_the_record_and_whole_in_the_worker_log(pytester, session_env):
+@pytest.mark.usefixtures("session_env")
+def test_a_huge_message_is_cut_in_the_record_and_whole_in_the_worker_log(pytester):
     cases = run_planted(pytester, '''
 def test_fault(case):
     raise AssertionError("head " + "x" * 10_000_000 + " tail")
@@ -92,7 +90,8 @@ def test_fault(case):
     assert ("head " + "x" * 10_000_000 + " tail") in log.read_text()
 
 
-def test_what_a_case_writes_lands_in_its_own_directory(pytester, session_env):
+@pytest.mark.usefixtures("session_env")
+def test_what_a_case_writes_lands_in_its_own_directory(pytester):
     cases = run_planted(pytester, '''
 import pathlib
 
