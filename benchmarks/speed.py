@@ -2,6 +2,7 @@
 
     python benchmarks/speed.py [--session cpu_torch25] [--parts env,session,overhead,matrix] [-k EXPR]
                                [--rounds 3] [--skip-cold-pip] [--results DIR] [--changed-family autocast]
+                               [--tag lightning]
 
 Parts:
   env       environment creation for the session's pins: uv cold (empty cache) and warm, against
@@ -17,7 +18,8 @@ Parts:
   matrix    every CPU session of the matrix through nox, one after another, in the checkout's venvs:
             cold (every case afresh, `-- --fresh`, compile caches emptied; results into --results),
             warm with nothing changed (into a copy of those results), and warm after one family's
-            file changed (a copy of the project with a comment added to it); per session, per family
+            file changed (a copy of the project with a comment added to it); per session (through nox
+            and in pytest), per family; --tag narrows it (`--tag lightning`: the Lightning axis)
 Targets: warm environment <= 5 s; warm session <= 1/3 of cold; harness overhead < 5 %;
 matrix warm with nothing changed < 60 s in all.
 """
@@ -150,8 +152,8 @@ def isolation_cost(spec, work: pathlib.Path, select: list[str], rounds: int) -> 
     return medians
 
 
-def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str) -> dict:
-    names = [s.name for s in matrix.load() if s.device == "cpu" and not s.nightly]
+def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str, tag: str | None = None) -> dict:
+    names = [s.name for s in matrix.load() if s.device == "cpu" and not s.nightly and (tag is None or tag in s.tags)]
     for name in names:
         sessions.ensure_venv(name)
 
@@ -161,7 +163,9 @@ def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str) 
             seconds[name] = timed([sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "-s", name,
                                    "--envdir", str(ROOT / ".nox"), *(["--", *extra] if extra else [])],
                                   env={records.RESULTS_ENV: str(into)}, cwd=project)
-            print(f"    {name:26s} {seconds[name]:7.1f} s", flush=True)
+            end = records.read(into / f"{name}.jsonl")[-1]
+            print(f"    {name:34s} {seconds[name]:7.1f} s through nox, {end.get('seconds', 0):7.1f} s in pytest",
+                  flush=True)
         return seconds
 
     for name in names:  # cold: inductor and Triton compile afresh
@@ -171,6 +175,7 @@ def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str) 
     figures = {}
     print("  matrix cold (every case afresh, empty compile caches):", flush=True)
     figures["cold"] = run_all(ROOT, results, "--fresh")
+    figures["cold_pytest"] = {name: records.read(results / f"{name}.jsonl")[-1].get("seconds", 0) for name in names}
     figures["families"] = {name: per_family(results / f"{name}.jsonl") for name in names}
     warm = work / "warm-results"
     shutil.copytree(results, warm, ignore=shutil.ignore_patterns("previous", "repro"))
@@ -219,6 +224,8 @@ def main() -> None:
     parser.add_argument("--results", default=None, help="matrix: where the cold run's results go (default: a temp dir)")
     parser.add_argument("--changed-family", default="autocast",
                         help="matrix: the family whose file is changed (`none`: no such run)")
+    parser.add_argument("--tag", default=None, help="matrix: only the CPU sessions with this tag (lightning: the "
+                        "Lightning axis)")
     args = parser.parse_args()
     spec = matrix.find(args.session)
     parts = set(args.parts.split(","))
@@ -257,10 +264,11 @@ def main() -> None:
             print(f"  cost of a process per case               {costs['cost'] * 100:6.1f} %  (budget 25 %)")
         if "matrix" in parts:
             results = pathlib.Path(args.results).resolve() if args.results else work / "matrix-results"
-            runs = figures["matrix"] = matrix_runs(work, results, args.changed_family)
+            runs = figures["matrix"] = matrix_runs(work, results, args.changed_family, args.tag)
             for kind in ("cold", "warm", "changed"):
                 if kind in runs:
                     print(f"  matrix {kind:8s} {sum(runs[kind].values()):8.1f} s in all")
+            print(f"  matrix cold      {sum(runs['cold_pytest'].values()):8.1f} s of pytest time in all")
             if "reran" in runs:
                 print(f"  after the change, sessions re-ran: {sorted(set(map(tuple, runs['reran'].values())))}")
             print(f"  warm outcomes equal cold outcomes in every session: {all(runs['same_outcomes'].values())}")

@@ -234,7 +234,7 @@ def test_init_module_entered_inside_compiled_fn(case, backend, fullgraph, init_m
 @pytest.mark.parametrize("fullgraph", [True], ids=["fullgraph"])
 @pytest.mark.parametrize("mode", [pytest.param("empty_init_enabled", marks=LIGHTNING_20524),
                                   pytest.param("empty_init_disabled", marks=LIGHTNING_20524),
-                                  "branchless_skip_init"])
+                                  pytest.param("branchless_skip_init", marks=pytest.mark.without_lightning)])
 def test_dynamic_fullgraph_call_under_mode(case, device, backend, fullgraph, mode):
     # A module compiled with fullgraph=True, dynamic=True, called while the mode is active; the
     # branchless mode (no `if` on instance state) is the control.
@@ -342,7 +342,8 @@ class PassThrough(torch.overrides.TorchFunctionMode):
 
 @pytest.mark.parametrize("fullgraph", [False], ids=["graphbreaks"])
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-@pytest.mark.parametrize("mode", ["empty_init_enabled", "empty_init_disabled", "pass_through"])
+@pytest.mark.parametrize("mode", ["empty_init_enabled", "empty_init_disabled",
+                                  pytest.param("pass_through", marks=pytest.mark.without_lightning)])
 def test_copy_copy_in_compiled_fn_under_mode(case, device, backend, fullgraph, mode):
     """`copy.copy(tensor)` inside a compiled function while a TorchFunctionMode is active. `copy` is
     a module Dynamo skips: the call graph-breaks and runs eagerly, still under the compiler's frame

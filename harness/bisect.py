@@ -11,7 +11,9 @@ the only way to see more than one change.
 `--along lightning --torch 2.5` bisects along Lightning releases at a fixed torch row instead: the
 releases the registry lists from the row's era Lightning (--from) to the newest that supports its
 torch (--to), each checked against its own metadata; each runs in the row's environment with that
-Lightning (the row's sessions where they pin it, else a venv built with the row's install steps).
+Lightning: the row's sessions where they pin it and their venv is built, else one venv per row, built
+once with the row's install steps, whose Lightning is switched to each release in turn (seconds): a
+bisection along Lightning builds at most one environment.
 `--env VERSION=PYTHON` (repeatable) bisects over given interpreters instead of the matrix's rows.
 `--script SCRIPT` bisects a plain script instead of a case, classified as `sweep` classifies it
 (harness.scriptrun: exit 0 pass, 125 skip, anything else fail).
@@ -120,17 +122,33 @@ def plan_lightning(torch: str | None, first=None, last=None, device="cpu", envdi
     if not releases:
         raise ValueError(f"no Lightning release from {first} to {last} supports torch {era.torch} on Python "
                          f"{era.python}")
+    shared = sessions.lightning_venv(era, envdir) / "bin" / "python"
     targets = []
     for release in releases:
         session = era if release == era.lightning else axis.get(release)
-        outside = session is None
-        if outside:  # the row's pins with this Lightning
+        python = sessions.venv_python(session.name, envdir) if session else None
+        outside = python is None or not python.exists()  # runs in the row's one venv along Lightning
+        if session is None:  # the row's pins with this Lightning
             session = dataclasses.replace(era, name=f"{era.name}_lightning{release.replace('.', '_')}",
                                           lightning=release, label=None)
         # the case's own node id runs, whatever the session selects
-        targets.append(Target(release, session.name, sessions.venv_python(session.name, envdir),
-                              dataclasses.replace(session, lightning_of=None), outside))
+        targets.append(Target(release, session.name, shared if outside else python,
+                              dataclasses.replace(session, lightning_of=None, label=None), outside))
     return targets
+
+
+def environment(target: Target, envdir, build: bool) -> tuple[pathlib.Path | None, bool]:
+    """(the python `target` runs in, ready, or None where --no-build leaves it unbuilt; whether it was
+    built now). Along Lightning, a release without a built session venv runs in the row's one venv,
+    its Lightning switched to the release's (harness.sessions.with_lightning)."""
+    if target.outside:
+        if not target.python.exists() and not build:
+            return None, False
+        return sessions.with_lightning(target.spec, target.python.parent.parent)
+    if target.built:
+        return target.python, False
+    python = sessions.ensure_venv(target.session, envdir, build=build)
+    return python, python is not None
 
 
 def run_case(target: Target, nodeid: str, case_id: str) -> Result:
@@ -172,8 +190,8 @@ class Bisection:
 
     def run(self, index: int) -> Result:
         target = self.targets[index]
-        if not target.built:
-            target.python = sessions.ensure_venv(target.spec if target.outside else target.session, self.envdir)
+        target.python, built = environment(target, self.envdir, build=True)
+        if built:
             self.built.append(target.version)
         if self.script is not None:
             from harness import sweep

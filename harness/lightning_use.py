@@ -4,7 +4,9 @@ or a function or class under cases/ that it reaches by name, imports `lightning`
 
 The Lightning-axis sessions (harness.matrix: a row's pins with the newest Lightning) run only those
 cases (`--lightning-cases`): a case that never touches Lightning has the same outcome with either
-release, so it runs once, in the row's own session.
+release, so it runs once, in the row's own session. A parametrisation of a Lightning case that does not
+touch Lightning (a control: a plain TorchFunctionMode beside `_EmptyInit`) says so with
+`pytest.param(..., marks=pytest.mark.without_lightning)`, which the source cannot show.
 """
 
 from __future__ import annotations
@@ -74,10 +76,14 @@ def uses_lightning(function) -> bool:
     return False
 
 
+MARKER = "without_lightning"
+
+
 def lightning_items(items) -> tuple[list, list]:
     """(the items whose case uses Lightning, the others)."""
     chosen, others = [], []
     for item in items:
         function = getattr(item, "function", None)
-        (chosen if function is not None and uses_lightning(function) else others).append(item)
+        uses = function is not None and uses_lightning(function) and item.get_closest_marker(MARKER) is None
+        (chosen if uses else others).append(item)
     return chosen, others

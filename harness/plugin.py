@@ -58,6 +58,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "flaky(reruns=1): pytest-rerunfailures' marker, honoured without it: run a failing case "
         "up to `reruns` more times")
+    config.addinivalue_line(
+        "markers", f"{lightning_use.MARKER}: this parametrisation of a case that uses Lightning does not (a "
+        "control): a Lightning-axis session does not run it")
     _adopt_rerunfailures_option(config)
     worker = getattr(config, "workerinput", None)
     distributing = worker is None and getattr(config.option, "dist", "no") != "no"

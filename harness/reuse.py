@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -62,10 +63,52 @@ def _first_line(command: list[str]) -> str | None:
     return (done.stdout.strip().splitlines() or [None])[0]
 
 
+VECTOR_ISA_FILE = "harness-vector-isa.json"  # in the venv: what pick_vec_isa answered, per machine
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            return next((line for line in cpuinfo if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return ""
+
+
 def vector_isa() -> str:
     """The vector instruction set inductor's C++ backend compiles for on this machine, as torch picks
     it: what changes compiled CPU code, where the CPU model's name does not (hosted runners of one
-    kind come with several CPU models of the same ISA). Read in the session's venv."""
+    kind come with several CPU models of the same ISA). Read in the session's venv, where picking it
+    costs about 11 s (torch's import and a test compile per ISA): kept in the venv for what it depends
+    on (torch, the CPU's flags, the compiler, ATEN_CPU_CAPABILITY), so a venv restored on another
+    machine asks torch again."""
+    try:
+        torch = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch = None
+    inputs = _digest({"torch": torch, "machine": platform.machine(), "flags": _cpu_flags(), "compiler": compiler(),
+                      "capability": os.environ.get("ATEN_CPU_CAPABILITY"), "cxx": os.environ.get("CXX")})
+    cache = pathlib.Path(sys.prefix) / VECTOR_ISA_FILE
+    try:
+        known = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    if isinstance(known.get(inputs), str):
+        return known[inputs]
+    isa = pick_vector_isa()
+    if not isa.startswith("unknown"):
+        try:  # another process may write it too: each writes whole files, the last one wins
+            partial = cache.with_name(f"{cache.name}.{os.getpid()}")
+            partial.write_text(json.dumps({**known, inputs: isa}))
+            partial.replace(cache)
+        except OSError as exc:  # a read-only venv: asked again next time
+            print(f"harness: vector ISA not kept in {cache}: {exc}", file=sys.stderr)
+    return isa
+
+
+def pick_vector_isa() -> str:
+    """What torch's own pick_vec_isa answers (imports torch and inductor)."""
     try:
         try:
             from torch._inductor.cpu_vec_isa import pick_vec_isa  # torch >= 2.5

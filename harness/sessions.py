@@ -195,12 +195,14 @@ def install_steps(spec: matrix.Session, wheel: dict) -> list[list[str]]:
     return [[*pre, *spec.requirements, *HARNESS_REQUIREMENTS]]
 
 
-def build_venv(spec: matrix.Session, envdir: os.PathLike | None = None) -> pathlib.Path:
+def build_venv(spec: matrix.Session, envdir: os.PathLike | None = None,
+               location: os.PathLike | None = None) -> pathlib.Path:
     """A venv for an environment outside the table (a row's pins with another Lightning, for a
-    bisection along Lightning), built as its row's session builds its own: the same install steps."""
+    bisection along Lightning), built as its row's session builds its own: the same install steps
+    (at `location`, default the envdir's folder of `spec.name`)."""
     from harness.lightning import uv
 
-    location = venv_dir(spec.name, envdir)
+    location = pathlib.Path(location) if location else venv_dir(spec.name, envdir)
     wheel = torch_wheel(spec)
     find_interpreters([spec.python])
     print(f"building the environment {location} (torch: the {wheel['build']} build)", file=sys.stderr, flush=True)
@@ -215,6 +217,44 @@ def build_venv(spec: matrix.Session, envdir: os.PathLike | None = None) -> pathl
     (location / TORCH_WHEEL_FILE).write_text(json.dumps(wheel))
     (location / STAMP).write_text(pins_stamp(spec, wheel))
     return location / "bin" / "python"
+
+
+def lightning_venv(row: matrix.Session, envdir: os.PathLike | None = None) -> pathlib.Path:
+    """Where a bisection or sweep along Lightning at `row` switches Lightning releases: one venv per row."""
+    return venv_dir(f"{row.name}_lightning_axis", envdir)
+
+
+def with_lightning(spec: matrix.Session, location: os.PathLike) -> tuple[pathlib.Path, bool]:
+    """(the python of the venv at `location` holding `spec`'s pins, whether it was built now). Built
+    from the row's install steps when missing; else its Lightning is switched in place to `spec`'s
+    (a pure-Python package: seconds, where a build takes a minute), so that a bisection along
+    Lightning builds one environment whatever the number of releases. The switch is checked against
+    the pins before anything runs in it."""
+    from harness.lightning import uv
+
+    location = pathlib.Path(location)
+    python = location / "bin" / "python"
+    if not python.exists():
+        build_venv(spec, location=location)
+        return python, True
+    wheel = installed_torch_wheel(location) or torch_wheel(spec)
+    wanted = pins_stamp(spec, wheel)
+    stamp = location / STAMP
+    if not (stamp.is_file() and stamp.read_text() == wanted):
+        print(f"switching {location.name} to lightning {spec.lightning}", file=sys.stderr, flush=True)
+        command = [uv(), "pip", "install", "--quiet", "--python", str(python), *install_steps(spec, wheel)[-1]]
+        done = subprocess.run(command, cwd=ROOT, stdout=sys.stderr, stderr=sys.stderr,
+                              env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+        if done.returncode != 0:
+            raise SessionError(f"switching {location} to lightning {spec.lightning} failed (exit {done.returncode})")
+        stamp.write_text(wanted)
+    found = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(*(m.version(d) for d in "
+                            "('torch', 'lightning', 'pytorch-lightning')))"], capture_output=True, text=True)
+    versions = found.stdout.split()
+    if len(versions) != 3 or versions[0].split("+")[0] != spec.torch or versions[1:] != [spec.lightning] * 2:
+        raise SessionError(f"{location} holds torch, lightning, pytorch-lightning {' '.join(versions) or '(unreadable)'}"
+                           f", not the pins torch {spec.torch}, lightning {spec.lightning}")
+    return python, False
 
 
 def ensure_venv(session: str | matrix.Session, envdir: os.PathLike | None = None,

@@ -47,14 +47,13 @@ def default_out(script: pathlib.Path) -> pathlib.Path:
 def command(args) -> int:
     script = preflight.check_script(args.script)
     targets = bisect.targets_of(args)  # an unknown row or an empty range: ValueError
-    missing = [t.session for t in targets if not t.built]
+    missing = sorted({str(t.python.parent.parent.name) if t.outside else t.session for t in targets if not t.built})
     if missing and not args.no_build:
         print(f"sweep will build {len(missing)} environment(s): {', '.join(missing)}", file=sys.stderr, flush=True)
     print(f"sweep {script.name}: {bisect.span(args, targets)}", flush=True)
     rows = []
     for target in targets:
-        if not target.built:
-            target.python = sessions.ensure_venv(target.spec if target.outside else target.session, args.envdir, build=not args.no_build)
+        target.python, _ = bisect.environment(target, args.envdir, build=not args.no_build)
         if target.python is None:
             rows.append((target, None))
             print(f"{args.along} {target.version:<8} {target.session:<16} not run (no environment; --no-build)", flush=True)

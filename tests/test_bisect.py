@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from harness import bisect, repro, sessions
+from harness import bisect, matrix, repro, sessions
 from tests.conftest import ROOT
 
 CASE = "checkpoint/plain_checkpoint[cpu-aot_eager-fullgraph]"
@@ -131,9 +131,13 @@ needs_registry = pytest.mark.skipif("not registry_reachable()", reason="the pack
 
 @needs_registry
 def test_along_lightning_the_releases_from_the_rows_own_to_the_newest_that_supports_its_torch(tmp_path):
-    from harness import matrix
-
     era, newest = matrix.find("cpu_torch25"), matrix.find("cpu_torch25_lightning_newest")
+    shared = sessions.lightning_venv(era, tmp_path) / "bin" / "python"
+    targets = bisect.plan_lightning("2.5", envdir=tmp_path)  # nothing built: every release in the row's one venv
+    assert all(t.outside and t.python == shared for t in targets)
+    for end in (era, newest):  # the ends' session venvs, once built, are used as they are
+        sessions.venv_python(end.name, tmp_path).parent.mkdir(parents=True)
+        sessions.venv_python(end.name, tmp_path).write_text("")
     targets = bisect.plan_lightning("2.5", envdir=tmp_path)
     assert (targets[0].version, targets[0].session) == (era.lightning, "cpu_torch25")
     assert (targets[-1].version, targets[-1].session) == (newest.lightning, newest.name)
@@ -143,6 +147,7 @@ def test_along_lightning_the_releases_from_the_rows_own_to_the_newest_that_suppo
         assert target.spec.torch == "2.5.1" and target.spec.extra == era.extra and target.spec.lightning == target.version
         assert not target.spec.lightning_of  # the case's node id runs, not the Lightning-axis selection
         assert target.outside == (target.session not in (era.name, newest.name))
+        assert target.python == (shared if target.outside else sessions.venv_python(target.session, tmp_path))
         assert f"lightning=={target.version}" in target.spec.requirements
     narrowed = bisect.plan_lightning("2.5", "2.5.1", "2.5", envdir=tmp_path)
     assert [t.version for t in narrowed][0] == "2.5.1" and all(t.version.startswith("2.5.") for t in narrowed)
@@ -166,30 +171,35 @@ def test_bad_input_along_lightning_is_one_line_before_any_build(tmp_path, args, 
 
 @needs_registry
 def test_a_bisection_along_lightning_names_the_first_release_that_changes(monkeypatch, tmp_path, capsys):
-    # The two ends are the row's sessions (built); the outcomes of the releases between are given.
+    # No venv built: the row's one venv along Lightning is built once and its Lightning switched for
+    # each release that runs; the outcomes of the releases are given.
     targets = bisect.plan_lightning("2.5", envdir=tmp_path)
     change = next(i for i, t in enumerate(targets) if t.version == "2.5.3")
-    for end in (targets[0], targets[-1]):
-        end.python.parent.mkdir(parents=True)
-        end.python.write_text("")
-    built = []
+    built, switched = [], []
 
-    def build(session, envdir=None, build=True):
-        assert session.lightning and session.torch == "2.5.1"  # an environment outside the table: its spec
-        built.append(session.lightning)
-        return tmp_path / session.name / "python"
+    def with_lightning(spec, location):
+        assert spec.torch == "2.5.1" and location == sessions.lightning_venv(matrix.find("cpu_torch25"), tmp_path)
+        switched.append(spec.lightning)
+        fresh = not location.exists()
+        if fresh:
+            built.append(spec.lightning)
+            (location / "bin").mkdir(parents=True)
+            (location / "bin" / "python").write_text("")
+        return location / "bin" / "python", fresh
 
     monkeypatch.setattr(bisect, "plan_lightning", lambda *args, **kwargs: targets)
-    monkeypatch.setattr(sessions, "ensure_venv", build)
+    monkeypatch.setattr(sessions, "with_lightning", with_lightning)
+    monkeypatch.setattr(sessions, "ensure_venv", lambda *a, **k: pytest.fail("no session venv is built along Lightning"))
     monkeypatch.setattr(repro, "collect", lambda python, ids: {"cases": {FLOW: {"nodeid": "n"}}})
     monkeypatch.setattr(bisect, "run_case", lambda target, nodeid, case: bisect.Result(
         target, "known" if targets.index(target) < change else "fixed"))
     args = __import__("harness.__main__").__main__.parser().parse_args(
-        ["bisect", FLOW, "--along", "lightning", "--torch", "2.5"])
+        ["bisect", FLOW, "--along", "lightning", "--torch", "2.5", "--envdir", str(tmp_path)])
     assert bisect.command(args) == 0
     out = capsys.readouterr().out
     assert f"bisect {FLOW}: lightning 2.4.0 to 2.6.6 at torch 2.5.1, {len(targets)} version(s)" in out
     assert f"boundary: {targets[change - 1].version} (known) -> 2.5.3 (fixed)" in out
     assert [line.split()[:2] for line in out.splitlines() if line.startswith("lightning ")][:2] == [
         ["lightning", "2.4.0"], ["lightning", "2.6.6"]]
-    assert 1 <= len(built) <= 4 and f"built {len(built)} environment(s)" in out  # log2 of the releases between
+    assert built == ["2.4.0"] and "built 1 environment(s): 2.4.0" in out
+    assert len(switched) <= len(targets).bit_length() + 2  # log2 of the releases, and the two ends

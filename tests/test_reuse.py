@@ -207,6 +207,23 @@ def test_the_vector_isa_is_what_inductor_picks():
     assert not reuse.vector_isa().startswith("unknown")
 
 
+def test_the_vector_isa_is_kept_in_the_venv_for_the_machine_that_picked_it(monkeypatch, tmp_path):
+    """Picked once per venv and machine (torch's answer, kept); another CPU's flags, another torch or
+    a corrupt file asks torch again."""
+    monkeypatch.setattr(reuse.sys, "prefix", str(tmp_path))
+    asked = []
+    real = reuse.pick_vector_isa
+    monkeypatch.setattr(reuse, "pick_vector_isa", lambda: asked.append(1) or real())
+    first = reuse.vector_isa()
+    assert first == real() and not first.startswith("unknown")
+    assert reuse.vector_isa() == first and len(asked) == 1  # the second answer comes from the venv
+    monkeypatch.setattr(reuse, "_cpu_flags", lambda: "flags : fpu sse2")  # a runner with another CPU
+    reuse.vector_isa()
+    assert len(asked) == 2
+    (tmp_path / reuse.VECTOR_ISA_FILE).write_text("{not json")
+    assert reuse.vector_isa() == first and len(asked) == 3
+
+
 def test_the_checkouts_own_egg_info_is_not_an_installed_package(tmp_path, monkeypatch):
     # The README's editable install leaves torch_compile_matrix.egg-info in the checkout, which a
     # session sees through the cwd entry of sys.path: a fresh clone must get the same keys.

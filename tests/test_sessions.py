@@ -148,4 +148,13 @@ def test_an_environment_outside_the_table_is_built_with_its_rows_steps(tmp_path,
     assert (python.parent.parent / sessions.STAMP).read_text() == sessions.pins_stamp(
         spec, {"build": sessions.REGISTRY_BUILD, "index": None})
     assert sessions.ensure_venv(spec, tmp_path) == python  # built once
+    # Along Lightning the venv is built once and its Lightning switched in place, checked against the pins.
+    older = dataclasses.replace(spec, lightning="2.6.5")
+    assert sessions.with_lightning(older, python.parent.parent) == (python, False)
+    found = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(*(m.version(d) for d in "
+                            "('torch', 'lightning', 'pytorch-lightning')))"], capture_output=True, text=True)
+    assert found.stdout.split() == ["2.12.1", "2.6.5", "2.6.5"], found.stderr
+    assert (python.parent.parent / sessions.STAMP).read_text() == sessions.pins_stamp(
+        older, {"build": sessions.REGISTRY_BUILD, "index": None})
+    assert sessions.with_lightning(spec, python.parent.parent) == (python, False)
     shutil.rmtree(tmp_path / spec.name)
