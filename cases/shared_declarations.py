@@ -14,6 +14,12 @@ EAGER_CHECKPOINT_OF_COMPILED = (
                              match="FX to symbolically trace a dynamo-optimized function", until="2.4"),
 )
 
+# fullgraph=True "will raise an error" for a graph break (torch.compile's documentation); an op
+# program that fails so and passes without fullgraph shows that (cases/programs/op_programs.py).
+FULLGRAPH_REFUSES_GRAPH_BREAK = pytest.mark.limitation(
+    "https://docs.pytorch.org/docs/stable/generated/torch.compile.html", raises="FullgraphRefused",
+    match="fullgraph=True refused a graph break")
+
 
 def with_marks(marks):
     """A decorator applying several marks (one declaration per version range, say) in order."""

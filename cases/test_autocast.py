@@ -22,8 +22,11 @@ from torch.utils.checkpoint import checkpoint
 
 from harness.casekit import TOLERANCES, OpLog
 from harness.properties import explore
-from programs.autocast import AutocastProgram, autocast_programs
-from shared_declarations import EAGER_CHECKPOINT_OF_COMPILED, with_marks
+from programs.autocast import AutocastProgram, autocast_op_programs, autocast_programs
+from programs.op_programs import check_op_program
+from programs.opcall import op_calls
+from programs.opinfo import about, need_op_db
+from shared_declarations import EAGER_CHECKPOINT_OF_COMPILED, FULLGRAPH_REFUSES_GRAPH_BREAK, with_marks
 
 NO_GPU = "no CUDA device: torch.cuda.is_available() is False"
 _no_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
@@ -250,3 +253,21 @@ def test_property_autocast(case, device, backend, fullgraph):
     pinned = [dataclasses.replace(program, device=device) for program in PINNED_AUTOCAST]
     explore(case, "autocast", autocast_programs(device),
             lambda program: check_autocast_program(case, program, device, backend), pinned=pinned)
+
+
+# --- property cases over torch's own op database (cases/programs/op_programs.py) ---------------------
+
+OP_CALLS = op_calls()  # this torch's op_db, read at collection: once per worker, before any case forks
+
+
+@pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
+@FULLGRAPH_REFUSES_GRAPH_BREAK
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_no_cuda)])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_property_autocast_op(case, device, backend):
+    # One op of torch's OpInfo database and one of its samples under autocast: its dtype, enabled,
+    # cache, a nested autocast, entered inside or around the compiled function, checkpointed or not;
+    # fullgraph, dynamic shapes, side effects, passed numbers and a second sample drawn too.
+    need_op_db()
+    explore(case, "autocast_op", autocast_op_programs(OP_CALLS, device),
+            lambda program: check_op_program(case, program, backend), about=about())

@@ -15,6 +15,7 @@ the case runs (a reproduction script checks them itself).
 """
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 
@@ -26,8 +27,11 @@ from torch.utils.checkpoint import checkpoint
 
 from harness.casekit import OpLog
 from harness.properties import explore
-from programs.checkpoint import CheckpointProgram, checkpoint_programs
-from shared_declarations import EAGER_CHECKPOINT_OF_COMPILED, with_marks
+from programs.checkpoint import CheckpointOpProgram, CheckpointProgram, checkpoint_op_programs, checkpoint_programs
+from programs.op_programs import check_op_program
+from programs.opcall import OpCall, op_calls
+from programs.opinfo import about, need_op_db
+from shared_declarations import EAGER_CHECKPOINT_OF_COMPILED, FULLGRAPH_REFUSES_GRAPH_BREAK, with_marks
 
 NO_GPU = "no CUDA device: torch.cuda.is_available() is False"
 FLAG = "_experimental_support_context_fn_in_torch_utils_checkpoint"  # torch 2.2-2.4
@@ -322,3 +326,27 @@ def test_property_checkpoint(case, device, backend, fullgraph):
     # nesting, the output reused after the checkpoint.
     explore(case, "checkpoint", checkpoint_programs(), lambda program: check_checkpoint_program(case, program, device),
             pinned=PINNED_CHECKPOINT)
+
+
+# --- property cases over torch's own op database (cases/programs/op_programs.py) ---------------------
+
+OP_CALLS = op_calls()  # this torch's op_db, read at collection: once per worker, before any case forks
+# Each declaration below has a pinned example that meets it on every row, so that a cell declaring a
+# bug runs into it (else a cell whose drawn examples missed it would say "fixed").
+PINNED_CHECKPOINT_OP = [
+    CheckpointOpProgram(OpCall("sin"), context_fn="noop"),  # NVIDIA/TransformerEngine#890
+]
+
+
+@pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
+@FULLGRAPH_REFUSES_GRAPH_BREAK
+@te_bug
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_property_checkpoint_op(case, device, backend):
+    # One op of torch's OpInfo database and one of its samples, checkpointed: use_reentrant,
+    # preserve_rng_state, context_fn (none, TE's no-op, SAC policies), nesting; fullgraph, dynamic
+    # shapes, passed numbers and a second sample drawn too.
+    need_op_db()
+    explore(case, "checkpoint_op", checkpoint_op_programs(OP_CALLS, device),
+            lambda program: check_op_program(case, program, backend), about=about(),
+            pinned=[dataclasses.replace(program, device=device) for program in PINNED_CHECKPOINT_OP])

@@ -41,6 +41,7 @@ Lightning flows run on CPU only (one device, no logger, no checkpoint callback, 
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import math
 
@@ -49,7 +50,13 @@ import torch
 
 from harness.casekit import need
 from harness.properties import explore
-from programs.empty_init import EmptyInitProgram, check_empty_init_program, empty_init_programs, figures
+from programs.empty_init import (
+    EmptyInitOpProgram, EmptyInitProgram, check_empty_init_program, empty_init_op_programs, empty_init_programs,
+    figures)
+from programs.op_programs import check_op_program
+from programs.opcall import OpCall, op_calls
+from shared_declarations import FULLGRAPH_REFUSES_GRAPH_BREAK
+from programs.opinfo import about, need_op_db
 
 # Compiled code runs torch.nn.init calls the enabled mode skips eagerly (the figure message below).
 INIT_NOT_SKIPPED = pytest.mark.upstream_bug(
@@ -386,3 +393,29 @@ def test_property_empty_init(case, device, backend, fullgraph):
     # built inside or outside the compiled function, enabled or not.
     explore(case, "empty_init", empty_init_programs, lambda program: check_empty_init_program(case, program, device),
             pinned=PINNED_EMPTY_INIT)
+
+
+# --- property cases over torch's own op database (cases/programs/op_programs.py) ---------------------
+
+OP_CALLS = op_calls()  # this torch's op_db, read at collection: once per worker, before any case forks
+# The init call the enabled mode skips eagerly runs in compiled code (the op program's own check).
+INIT_NOT_SKIPPED_OP = pytest.mark.upstream_bug(
+    "pytorch/pytorch#196053", raises="AssertionError",
+    match=r"the init call under _EmptyInit\(enabled=True\): ran in compiled code True, eagerly False", since="2.2")
+# A pinned example per declaration, so that every cell declaring it runs into it.
+PINNED_EMPTY_INIT_OP = [EmptyInitOpProgram(OpCall("sin"), enabled=True, init="constant", context_at="outside")]
+
+
+@pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
+@FULLGRAPH_REFUSES_GRAPH_BREAK
+@INIT_NOT_SKIPPED_OP
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_property_empty_init_op(case, device, backend):
+    # One op of torch's OpInfo database and one of its samples under Lightning's _EmptyInit: enabled
+    # or not, entered inside or around the compiled function, after an init call on a sentinel;
+    # fullgraph, dynamic shapes, side effects, passed numbers and a second sample drawn too.
+    need("lightning.fabric.utilities.init._EmptyInit")  # the script imports it
+    need_op_db()
+    explore(case, "empty_init_op", empty_init_op_programs(OP_CALLS, device),
+            lambda program: check_op_program(case, program, backend), about=about(),
+            pinned=[dataclasses.replace(program, device=device) for program in PINNED_EMPTY_INIT_OP])

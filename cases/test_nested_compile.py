@@ -35,7 +35,11 @@ import torch
 from harness.casekit import GraphRecorder, need
 from harness.properties import explore
 from programs.nested_compile import (
-    NestedProgram, check_compiled_fn_program, check_region_program, nested_programs)
+    NestedProgram, check_compiled_fn_program, check_region_program, nested_op_programs, nested_programs)
+from programs.op_programs import check_op_program
+from programs.opcall import op_calls
+from shared_declarations import FULLGRAPH_REFUSES_GRAPH_BREAK
+from programs.opinfo import about, need_op_db
 
 # invoke_subgraph's backward, run by eager autograd, looks for a fake mode that only tracing has:
 # torch 2.8.0 reads `fake_mode.shape_env` of None (torch/_higher_order_ops/invoke_subgraph.py,
@@ -375,3 +379,21 @@ def test_property_nested_compiled_fn(case, device, backend, fullgraph):
     # The same programs, block a torch.compile'd function called from the compiled outer (inlined).
     explore(case, "nested_compiled_fn", nested_programs,
             lambda program: check_compiled_fn_program(case, program, device, backend), pinned=PINNED_NESTED)
+
+
+# --- property cases over torch's own op database (cases/programs/op_programs.py) ---------------------
+
+OP_CALLS = op_calls()  # this torch's op_db, read at collection: once per worker, before any case forks
+
+
+@pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
+@FULLGRAPH_REFUSES_GRAPH_BREAK
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_property_nested_compile_op(case, device, backend):
+    # One op of torch's OpInfo database and one of its samples, in a function compiled code calls:
+    # a nested_compile_region, its own torch.compile (another backend), torch.compiler.disable, a
+    # graph break; called once or twice; fullgraph, dynamic shapes, side effects, passed numbers and
+    # a second sample drawn too.
+    need_op_db()
+    explore(case, "nested_compile_op", nested_op_programs(OP_CALLS, device),
+            lambda program: check_op_program(case, program, backend), about=about())

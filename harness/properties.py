@@ -83,12 +83,16 @@ def error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
 
 
-def explore(case, name: str, strategy, check, pinned=()) -> None:
-    """Run `check(program)` for each program drawn from `strategy` (and each of `pinned`), as the mode says."""
+def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
+    """Run `check(program)` for each program drawn from `strategy` (and each of `pinned`), as the mode
+    says. `about`: what the record should say of the program space (the ops this torch offers, say).
+    A check that records `op_class` has each example counted by it (`examples_by_class`)."""
     summary, settings, seed = mode_settings(name, case.backend)
+    summary.update(about or {})
     table = summary["mode"] == "table"
     failures: list[tuple[object, BaseException, dict]] = []
     ran = []
+    by_class: dict[str, int] = {}
 
     def run(program):
         reset_example()
@@ -102,6 +106,9 @@ def explore(case, name: str, strategy, check, pinned=()) -> None:
             failures.append((program, exc, dict(case.metrics)))
             if not table:
                 raise  # hypothesis shrinks it
+        finally:
+            if "op_class" in case.metrics:  # judged, passing or failing (not an example hypothesis rejected)
+                by_class[case.metrics["op_class"]] = by_class.get(case.metrics["op_class"], 0) + 1
 
     test = hypothesis.given(program=strategy)(run)
     for program in reversed(list(pinned)):
@@ -114,6 +121,7 @@ def explore(case, name: str, strategy, check, pinned=()) -> None:
         raise
     finally:
         summary.update(examples_run=len(ran), pinned=len(pinned), examples_failed=len(failures),
+                       **({"examples_by_class": by_class} if by_class else {}),
                        failing_examples=[{"program": getattr(p, "source", repr(p)), "figures": repr(p),
                                           "metrics": m, "error": error_line(e)} for p, e, m in failures[-KEPT_FAILURES:]])
         if not table and ran:

@@ -7,6 +7,9 @@ import torch
 from hypothesis import strategies as st
 from torch.utils.checkpoint import checkpoint
 
+from programs.op_programs import ContextOpProgram, common_knobs
+from programs.opinfo import DEFAULT_TOLERANCES
+
 # What the body does after its matmul; "mm_fp32": a matmul with autocast disabled (float32 inside).
 AUTOCAST_OPS = {"sigmoid": "torch.sigmoid(y)", "relu": "torch.relu(y)", "mm": "y @ w", "mean_keep": "y.mean(-1, keepdim=True) * y",
                 "softmax": "torch.softmax(y, -1)", "mse": "torch.nn.functional.mse_loss(y, torch.zeros_like(y), reduction='none')",
@@ -70,3 +73,54 @@ def autocast_programs(device):
                      dtype=st.sampled_from(dtypes), input_dtype=st.sampled_from(("float32", "bfloat16")),
                      autocast_at=st.sampled_from(AUTOCAST_AT), checkpointed=st.booleans(),
                      compiled=st.sampled_from(COMPILED))
+
+
+# --- programs around one op of torch's OpInfo database (cases/programs/op_programs.py) -----------------------
+
+AUTOCAST_OP_AT = ("inside_compiled", "outside")  # entered in the compiled function, or around its call
+NESTED = ("none", "disabled", "enabled")  # a second autocast inside: disabled, or to the same dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class AutocastOpProgram(ContextOpProgram):
+    """The op under autocast to `autocast_dtype` (enabled or not, its cache on or off, a second
+    autocast nested inside), entered in the compiled function or around its call, checkpointed or not."""
+    device: str = "cpu"
+    autocast_dtype: str = "bfloat16"
+    enabled: bool = True
+    cache_enabled: bool = True
+    nested: str = "none"
+    checkpointed: bool = False
+
+    def imports(self) -> list[str]:
+        return ["import torch"] + (["from torch.utils.checkpoint import checkpoint"] if self.checkpointed else [])
+
+    def context(self) -> str:
+        return (f"torch.autocast({self.device!r}, dtype=torch.{self.autocast_dtype}, enabled={self.enabled}, "
+                f"cache_enabled={self.cache_enabled})")
+
+    def body(self, params: str) -> list[str]:
+        call = f"checkpoint(op, {params}, use_reentrant=False)" if self.checkpointed else f"op({params})"
+        if self.nested == "none":
+            return [f"    return {call}"]
+        inner = f"torch.autocast({self.device!r}, enabled=False)" if self.nested == "disabled" else \
+            f"torch.autocast({self.device!r}, dtype=torch.{self.autocast_dtype})"
+        return [f"    with {inner}:", f"        return {call}"]
+
+    def tolerances(self) -> dict:
+        """Autocast's dtype where it is on (the op may compute in it), else the op's own."""
+        tolerances = super().tolerances()
+        if self.enabled:
+            lower = DEFAULT_TOLERANCES[self.autocast_dtype]
+            tolerances = {k: max(tolerances.get(k, 0), v) for k, v in lower.items()}
+        return tolerances
+
+
+def autocast_op_programs(calls, device):
+    def knobs(checkpointed):
+        return st.builds(
+            AutocastOpProgram, **common_knobs(calls, device, side_effects=not checkpointed),
+            autocast_dtype=st.sampled_from(("bfloat16",) if device == "cpu" else ("float16", "bfloat16")),
+            enabled=st.booleans(), cache_enabled=st.booleans(), nested=st.sampled_from(NESTED),
+            context_at=st.sampled_from(AUTOCAST_OP_AT), checkpointed=st.just(checkpointed))
+    return st.booleans().flatmap(knobs)

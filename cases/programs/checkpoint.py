@@ -8,6 +8,8 @@ import torch
 from hypothesis import strategies as st
 from torch.utils.checkpoint import checkpoint
 
+from programs.op_programs import OpProgram, common_knobs
+
 # What the checkpointed body does after its first matmul (w: 8x8, an input of the program too).
 CKPT_OPS = {"sigmoid": "torch.sigmoid(y)", "sin": "torch.sin(y)", "relu": "torch.relu(y)", "mm": "y @ w",
             "mul_x": "y * x", "add1": "y + 1"}
@@ -61,3 +63,62 @@ def checkpoint_programs(draw):
         context_fn="none" if use_reentrant else draw(st.sampled_from(CONTEXT_FNS)),  # reentrant takes none
         nesting=draw(st.integers(1, 2)), reuse=draw(st.sampled_from(sorted(REUSES))),
         shape=draw(st.sampled_from(((4, 8), (2, 4, 8)))))
+
+
+# --- programs around one op of torch's OpInfo database (cases/programs/op_programs.py) -----------------------
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointOpProgram(OpProgram):
+    """The op checkpointed (`nesting` deep), with use_reentrant, preserve_rng_state and a context_fn
+    (none; TE's no-op; SAC policies saving or recomputing every op)."""
+    use_reentrant: bool = False
+    preserve_rng_state: bool = True
+    context_fn: str = "none"
+    nesting: int = 1
+
+    def imports(self) -> list[str]:
+        return (["import functools"] if self.context_fn.startswith("sac") else []) + [
+            "import torch", "from torch.utils.checkpoint import checkpoint"]
+
+    def definitions(self, params: str) -> str:
+        kwargs = f"use_reentrant={self.use_reentrant}, preserve_rng_state={self.preserve_rng_state}"
+        lines = []
+        if self.context_fn == "noop":
+            kwargs += ", context_fn=torch.utils.checkpoint.noop_context_fn"
+        elif self.context_fn.startswith("sac"):
+            policy = "MUST_SAVE" if self.context_fn == "sac_save" else "PREFER_RECOMPUTE"
+            lines += ["def policy(ctx, op, *args, **kwargs):",
+                      f"    return torch.utils.checkpoint.CheckpointPolicy.{policy}",
+                      "context_fn = functools.partial(torch.utils.checkpoint.create_selective_checkpoint_contexts, policy)"]
+            kwargs += ", context_fn=context_fn"
+        inner = "op"
+        for depth in range(1, self.nesting):
+            lines += [f"def level{depth}({params}):", f"    return checkpoint({inner}, {params}, {kwargs})"]
+            inner = f"level{depth}"
+        lines += [f"def fn({params}):", f"    return checkpoint({inner}, {params}, {kwargs})"]
+        return "\n".join(lines) + "\n"
+
+    def compiled(self, backend: str) -> str:
+        return f"OPTIONS = dict({self.compile_options(backend)})\ncompiled = torch.compile(fn, **OPTIONS)\n"
+
+    def extra_checks(self) -> str:
+        if self.op_class != "random":
+            return ""
+        return (
+            "# Its plain twin under the same backend: where their forward draws agree, so do their gradients.\n"
+            "twin = run(torch.compile(op, **OPTIONS), inputs, seed=0)\n"
+            "if all(torch.equal(a, b) for a, b in zip(twin['outputs'], first['outputs'])):\n"
+            "    torch.testing.assert_close(first['gradients'], twin['gradients'], equal_nan=True,\n"
+            "                               msg=lambda m: f'checkpointed against its plain twin, the same draws: {m}')\n")
+
+
+def checkpoint_op_programs(calls, device):
+    """CheckpointOpPrograms around the OpCalls `calls` draws."""
+    @st.composite
+    def draw(draw):
+        use_reentrant = draw(st.booleans())
+        return CheckpointOpProgram(
+            **{name: draw(knob) for name, knob in common_knobs(calls, device, side_effects=False).items()},
+            use_reentrant=use_reentrant, preserve_rng_state=draw(st.booleans()),
+            context_fn="none" if use_reentrant else draw(st.sampled_from(CONTEXT_FNS)), nesting=draw(st.integers(1, 2)))
+    return draw()

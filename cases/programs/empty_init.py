@@ -8,6 +8,7 @@ import math
 import torch
 from hypothesis import strategies as st
 
+from programs.op_programs import ContextOpProgram, common_knobs
 from harness.casekit import need
 
 # torch.nn.init calls on the sentinels a (8) and b (8x8), at most one each (a later init of the same
@@ -94,3 +95,54 @@ def check_empty_init_program(case, program, device):
     for compiled_figures in runs:
         assert compiled_figures == eager_figures, \
             f"enabled={program.enabled}: compiled {compiled_figures}, eager {eager_figures}"
+
+
+# --- programs around one op of torch's OpInfo database (cases/programs/op_programs.py) -----------------------
+
+# An init call, before the op, on a sentinel tensor of the program (deterministic: whether it ran is
+# what the sentinel holds after the call), or none.
+OP_INITS = {"none": None, "constant": "torch.nn.init.constant_(SENTINEL, 0.5)", "zeros": "torch.nn.init.zeros_(SENTINEL)",
+            "ones": "torch.nn.init.ones_(SENTINEL)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class EmptyInitOpProgram(ContextOpProgram):
+    """The op under Lightning's `_EmptyInit(enabled)`, entered in the compiled function or around its
+    call, after an init call on a sentinel (skipped where the mode is enabled)."""
+    enabled: bool = True
+    init: str = "none"
+
+    def imports(self) -> list[str]:
+        return ["import torch", "from lightning.fabric.utilities.init import _EmptyInit"]
+
+    def context(self) -> str:
+        return f"_EmptyInit(enabled={self.enabled})"
+
+    def body(self, params: str) -> list[str]:
+        return ([f"    {OP_INITS[self.init]}"] if OP_INITS[self.init] else []) + [f"    return op({params})"]
+
+    def definitions(self, params: str) -> str:
+        start = 2.0 if self.init == "constant" else 0.5  # the sentinel's value before any init: no init's own
+        sentinel = f"SENTINEL = torch.full((4,), {start}, device={self.device!r})\n" if OP_INITS[self.init] else ""
+        return sentinel + super().definitions(params)
+
+    def pre_checks(self) -> str:
+        """The init call skipped where the mode is enabled and done where it is not, compiled as eagerly."""
+        if not OP_INITS[self.init]:
+            return ""
+        return (
+            "def init_ran(f):\n"
+            "    before = SENTINEL.clone()\n"
+            "    run(f, SAMPLES[0])\n"
+            "    ran = not torch.equal(SENTINEL, before)\n"
+            "    SENTINEL.copy_(before)\n"
+            "    return ran\n"
+            "eager_ran, compiled_ran = init_ran(fn), init_ran(compiled)\n"
+            f"assert compiled_ran == eager_ran, (f'the init call under _EmptyInit(enabled={self.enabled}): ran in '\n"
+            "                                   f'compiled code {compiled_ran}, eagerly {eager_ran}')\n")
+
+
+def empty_init_op_programs(calls, device):
+    return st.builds(EmptyInitOpProgram, **common_knobs(calls, device),
+                     context_at=st.sampled_from(MODE_AT).map(lambda at: "inside_compiled" if at == "inside" else at),
+                     enabled=st.booleans(), init=st.sampled_from(sorted(OP_INITS)))

@@ -6,6 +6,7 @@ import dataclasses
 import torch
 from hypothesis import strategies as st
 
+from programs.op_programs import OpProgram, common_knobs
 from harness.casekit import Case, GraphRecorder, need
 
 # What the region's body may do to `y` (w: an 8x8 weight, an input of the program too).
@@ -125,3 +126,58 @@ def check_compiled_fn_program(case, program, device, backend):
                 captured_ops=sorted(captured))
     missing = {CAPTURED_NAME[op] for op in program.body if op in CAPTURED_NAME} - captured
     assert not missing, f"ops of the inner compiled function not in any compiled graph: {sorted(missing)}"
+
+
+# --- programs around one op of torch's OpInfo database (cases/programs/op_programs.py) -----------------------
+
+# How the op's function is made when compiled code calls it: a nested_compile_region (2.8+), its own
+# torch.compile (with `inner_backend`), torch.compiler.disable (recursive or not), or plain with a
+# graph break before it.
+WRAPS = ("region", "compiled", "disable", "disable_nonrecursive", "graph_break")
+
+
+@dataclasses.dataclass(frozen=True)
+class NestedOpProgram(OpProgram):
+    """`fn` calls the op's function `calls` times, the function wrapped as `wrap` says."""
+    wrap: str = "region"
+    inner_backend: str = "eager"
+    calls: int = 1
+
+    def definitions(self, params: str) -> str:
+        wrapped = {"region": "torch.compiler.nested_compile_region(op)",
+                   "compiled": f"torch.compile(op, backend={self.inner_backend!r})",
+                   "disable": "torch.compiler.disable(op)",
+                   "disable_nonrecursive": "torch.compiler.disable(op, recursive=False)"}.get(self.wrap)
+        lines = [f"inner = {wrapped}" if wrapped else "inner = op", f"def fn({params}):"]
+        if self.wrap == "graph_break":
+            lines.append("    torch._dynamo.graph_break()")
+        if self.calls == 1:
+            lines.append(f"    return inner({params})")
+        else:  # a second call on copies of the inputs: what the first did to them is not the second's business
+            copies = ", ".join(f"{p}.clone()" if p.startswith("x") else p for p in params.split(", "))
+            lines += [f"    first = inner({params})", f"    return first, inner({copies})"]
+        return "\n".join(lines) + "\n"
+
+    def extra_checks(self) -> str:
+        if self.op_class != "random" or self.calls == 1:
+            return ""
+        return (
+            "# Called twice, the function draws twice, as eagerly.\n"
+            "torch.manual_seed(0)\n"
+            "eager_draws = [o for o in fn(*SAMPLES[0]) if torch.is_tensor(o)]\n"
+            "draws = [o for o in first['outputs']]\n"
+            "# (only where the draws are many and differ in many places: two small ones may agree by chance)\n"
+            "if len(draws) == 2 and draws[0].numel() >= 32 and (eager_draws[0] != eager_draws[1]).float().mean() > 0.25:\n"
+            "    assert not torch.equal(*draws), 'compiled, the two calls drew the same values'\n")
+
+
+# fullgraph=True refuses a graph break and a disabled function by design: not drawn together.
+BREAKS = {"graph_break", "disable", "disable_nonrecursive"}
+
+
+def nested_op_programs(calls, device):
+    def knobs(wrap):
+        return st.builds(NestedOpProgram, **common_knobs(calls, device, side_effects=wrap != "region"),
+                         wrap=st.just(wrap), inner_backend=st.sampled_from(("eager", "aot_eager", "inductor")),
+                         calls=st.integers(1, 2))
+    return st.sampled_from(WRAPS).flatmap(knobs).filter(lambda p: not (p.fullgraph and p.wrap in BREAKS))

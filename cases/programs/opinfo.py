@@ -1,60 +1,164 @@
-"""Ops and their sample inputs from torch's own OpInfo database (`op_db`), as plain code.
+"""The ops of torch's own OpInfo database (`op_db`) that programs can draw, and their classes.
 
 Each row explores what its own torch ships tests for: the ops, their sample inputs, which dtypes and
-autograd they support, their tolerances and notes. `catalogue()` reads `op_db` of the torch that is
-installed (it needs `expecttest`), keeps the ops whose callable has a public name and whose samples
-run on the CPU in float32, and sorts them into classes by what their first sample does:
+autograd they support, their tolerances. `catalogue()` keeps the ops whose callable has a public
+name, whose samples run on the CPU in float32 with that name as OpInfo calls them, and sorts them
+into classes by what their first small sample does:
 
     random          an aten op it dispatches carries the `nondeterministic_seeded` tag
-    inplace         it has an in-place variant (`x.add_(...)`): the program mutates a tensor
+    inplace         it has an in-place Tensor method (`x.add_(...)`): the program mutates a tensor
     view            an output shares its storage with an input
     reduction       an OpInfo of the `ReductionOpInfo` kind
     dtype_changing  an output's dtype is not the first input's
     other           anything else (pointwise, linear algebra, ...)
 
-An `OpCall` names one op, one of its samples and how it is called; it is what hypothesis draws and
-shrinks (over the op first, then the sample), and `materialise()` writes it as code: the inputs as
-literal tensors and the call as the op's public name, so that a program's script needs torch only.
-Where `op_db` cannot be imported (an old torch, a missing dependency), `catalogue().error` says why.
+Sorting runs every op once: that happens in a process of its own (`python opinfo.py OUT`, about
+10 s), never in the process cases are forked from, where a kernel would start an OpenMP team that
+a forked child then hangs on. Its result is kept in the venv per torch and per this file's text.
+`op_db` itself needs `expecttest`; where it cannot be read, `catalogue().error` says why.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import warnings
 
 import torch
 
 OP_CLASSES = ("random", "inplace", "view", "reduction", "dtype_changing", "other")
 SAMPLE_SEED = 0  # the samples of an op are drawn from this seed: the same tensors on every run of a row
-MAX_SAMPLES = 24  # samples of an op considered (the first ones: OpInfo lists the plain shapes first)
+MAX_SAMPLES = 12  # samples of an op considered (the first ones: OpInfo lists the plain shapes first)
 MAX_ELEMENTS = 64  # a sample with more elements in all is not drawn (its script would not be short)
 # Public namespaces an op's callable is looked up in, by the OpInfo's name.
 NAMESPACES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft")
+# Compiled kernels may reorder a reduction: looser than assert_close's float32 defaults, as in
+# harness.casekit.TOLERANCES (each program's script states the figures it compares with).
+DEFAULT_TOLERANCES = {"float32": dict(rtol=1e-4, atol=1e-5), "float64": dict(rtol=1e-7, atol=1e-7),
+                      "bfloat16": dict(rtol=2e-2, atol=2e-2), "float16": dict(rtol=1e-2, atol=1e-2)}
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Entry:
-    """One OpInfo of the catalogue: where it is called from, its classes and what it supports."""
-    opinfo: object
-    path: str  # the public name of its callable ("torch.nn.functional.dropout")
+    """One OpInfo of the catalogue: its name and variant, the public name of its callable
+    ("torch.nn.functional.dropout"), its classes and how many of its samples can be drawn."""
+    name: str
+    variant: str
+    path: str
     classes: frozenset
-    samples: int  # how many of its samples can be drawn
+    samples: int
 
     @property
-    def key(self) -> tuple[str, str]:
-        return self.opinfo.name, self.opinfo.variant_test_name
+    def opinfo(self):
+        return op_infos()[(self.name, self.variant)]
 
 
 @dataclasses.dataclass
 class Catalogue:
     entries: dict = dataclasses.field(default_factory=dict)  # (name, variant) -> Entry
     error: str | None = None  # why op_db could not be read
-    left_out: int = 0  # ops of op_db not drawn (no public callable, no float32 sample on the CPU, too big)
+    left_out: int = 0  # ops of op_db not drawn (no public callable, no small float32 sample on the CPU)
 
     def of_class(self, name: str) -> list[tuple[str, str]]:
         return sorted(key for key, entry in self.entries.items() if name in entry.classes)
+
+
+# --- reading op_db ---------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def op_infos() -> dict:
+    """op_db by (name, variant_test_name); importing it runs no kernel."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    _allow_backend_flags()
+    return {(op.name, op.variant_test_name): op for op in op_db}
+
+
+def _allow_backend_flags() -> None:
+    """torch's test utilities freeze torch.backends' flags when imported; a case's own code must
+    find them as a plain process does."""
+    flag = "__allow_nonbracketed_mutation_flag"
+    if hasattr(torch.backends, flag):
+        setattr(torch.backends, flag, True)
+
+
+@functools.lru_cache(maxsize=None)
+def catalogue() -> Catalogue:
+    """The ops of this torch's op_db that can be drawn, from the survey (kept in the venv)."""
+    found = _survey_file()
+    if found.get("error"):
+        return Catalogue(error=found["error"])
+    try:
+        op_infos()
+    except Exception as exc:
+        return Catalogue(error=_describe(exc))
+    entries = {(e["name"], e["variant"]): Entry(e["name"], e["variant"], e["path"], frozenset(e["classes"]), e["samples"])
+               for e in found["entries"]}
+    return Catalogue(entries, None, found["left_out"])
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:300]
+
+
+def _survey_file() -> dict:
+    """The survey of this torch, made by a process of its own when the venv has none yet."""
+    digest = hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:12]
+    name = f"harness-op-survey-{torch.__version__}-{digest}.json".replace("+", "_")
+    for folder in (pathlib.Path(sys.prefix), pathlib.Path(tempfile.gettempdir())):
+        if (folder / name).is_file():
+            return json.loads((folder / name).read_text())
+    with tempfile.TemporaryDirectory(prefix="harness-op-survey-") as work:
+        out = pathlib.Path(work) / name
+        done = subprocess.run([sys.executable, __file__, str(out)], capture_output=True, text=True)
+        if done.returncode != 0 or not out.is_file():
+            tail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            return {"error": f"the op_db survey failed: {tail}"[:300]}
+        text = out.read_text()
+    for folder in (pathlib.Path(sys.prefix), pathlib.Path(tempfile.gettempdir())):
+        try:  # written whole, then renamed: another process may be writing it too
+            partial = folder / f"{name}.{os.getpid()}"
+            partial.write_text(text)
+            partial.replace(folder / name)
+            break
+        except OSError:
+            continue
+    return json.loads(text)
+
+
+def survey() -> dict:
+    """Every op of op_db run once on its first small sample, classified (a process of its own)."""
+    try:
+        ops = op_infos()
+    except Exception as exc:  # an old torch's op_db, or one of its dependencies missing
+        return {"error": _describe(exc)}
+    entries, left_out = [], 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the ops' own deprecation notes: nothing a case shows
+        for (name, variant), opinfo in ops.items():
+            path = _public_path(opinfo)
+            try:
+                if path is None or name.startswith("_") or torch.float32 not in opinfo.supported_dtypes("cpu"):
+                    raise ValueError("not drawn")
+                samples = [s for s in samples_of(opinfo) if drawable(s)]
+                with _Tags() as tags:
+                    outputs = _same_call(opinfo, path, samples[0])
+            except Exception:  # its samples do not run here, or its public name is not what OpInfo calls
+                left_out += 1
+                continue
+            classes = classify(opinfo, samples[0], outputs, tags.tags)
+            if in_place_method(opinfo):
+                classes.add("inplace")
+            entries.append({"name": name, "variant": variant, "path": path, "classes": sorted(classes),
+                            "samples": len(samples)})
+    return {"torch": torch.__version__, "entries": entries, "left_out": left_out}
 
 
 def _public_path(opinfo) -> str | None:
@@ -75,7 +179,7 @@ def _public_path(opinfo) -> str | None:
 
 
 def _tensors(value) -> list:
-    return [t for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+    return [t for t in torch.utils._pytree.tree_flatten(value)[0] if isinstance(t, torch.Tensor)]  # 2.1 has no tree_leaves
 
 
 class _Tags(torch.utils._python_dispatch.TorchDispatchMode):
@@ -108,63 +212,6 @@ def classify(opinfo, sample, outputs, tags) -> set:
     return classes or {"other"}
 
 
-def samples_of(opinfo, dtype=torch.float32, requires_grad=None) -> list:
-    """The op's first MAX_SAMPLES sample inputs on the CPU, drawn from SAMPLE_SEED (OpInfo's
-    make_tensor draws from the global generator)."""
-    grad = opinfo.supports_autograd if requires_grad is None else requires_grad
-    state = torch.random.get_rng_state()
-    torch.manual_seed(SAMPLE_SEED)
-    try:
-        found = []
-        for sample in opinfo.sample_inputs("cpu", dtype, requires_grad=grad):
-            found.append(sample)
-            if len(found) == MAX_SAMPLES:
-                break
-        return found
-    finally:
-        torch.random.set_rng_state(state)
-
-
-def size_of(sample) -> int:
-    return sum(t.numel() for t in _tensors((sample.input, sample.args, sample.kwargs)))
-
-
-def drawable(sample) -> bool:
-    """A sample a short script can hold: small, dense, real tensors, none of them empty."""
-    tensors = _tensors((sample.input, sample.args, sample.kwargs))
-    return (sum(t.numel() for t in tensors) <= MAX_ELEMENTS
-            and all(t.layout == torch.strided and not t.dtype.is_complex and t.numel() for t in tensors))
-
-
-@functools.lru_cache(maxsize=None)
-def catalogue() -> Catalogue:
-    """The ops of this torch's op_db that can be drawn, classified by their first small sample."""
-    try:
-        from torch.testing._internal.common_methods_invocations import op_db
-    except Exception as exc:  # an old torch's op_db, or one of its dependencies missing
-        return Catalogue(error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
-    finally:
-        _allow_backend_flags()
-    found = Catalogue()
-    for opinfo in op_db:
-        path = _public_path(opinfo)
-        if path is None or opinfo.name.startswith("_") or torch.float32 not in opinfo.supported_dtypes("cpu"):
-            found.left_out += 1
-            continue
-        try:
-            samples = [s for s in samples_of(opinfo) if drawable(s)]
-            with _Tags() as tags:
-                outputs = _same_call(opinfo, path, samples[0])
-        except Exception:  # its samples do not run here, or its public name is not what OpInfo calls
-            found.left_out += 1
-            continue
-        classes = classify(opinfo, samples[0], outputs, tags.tags)
-        if in_place_method(opinfo):
-            classes.add("inplace")
-        found.entries[(opinfo.name, opinfo.variant_test_name)] = Entry(opinfo, path, frozenset(classes), len(samples))
-    return found
-
-
 def _same_call(opinfo, path: str, sample) -> list:
     """The outputs of OpInfo's own call of `sample`, checked against the call of its public name
     (for a random op: the same shapes and dtypes; else the same values)."""
@@ -187,100 +234,69 @@ def in_place_method(opinfo) -> str | None:
     return name if name.endswith("_") and callable(getattr(torch.Tensor, name, None)) else None
 
 
-def _allow_backend_flags() -> None:
-    """torch's test utilities freeze torch.backends' flags when imported; a case's own code must
-    find them as a plain process does."""
-    flag = "__allow_nonbracketed_mutation_flag"
-    if hasattr(torch.backends, flag):
-        setattr(torch.backends, flag, True)
+# --- samples --------------------------------------------------------------------------------------------------
+
+def samples_of(opinfo, dtype=torch.float32, requires_grad=None) -> list:
+    """The op's first MAX_SAMPLES sample inputs on the CPU, drawn from SAMPLE_SEED (OpInfo's
+    make_tensor draws from the global generator, whose state is left as it was)."""
+    grad = opinfo.supports_autograd if requires_grad is None else requires_grad
+    state = torch.random.get_rng_state()
+    torch.manual_seed(SAMPLE_SEED)
+    found = []
+    try:
+        # The OpInfo's own function: its sample_inputs() wrapper inspects the call stack for the
+        # running test on every call (seconds over the database, under pytest's deep stack).
+        for sample in opinfo.sample_inputs_func(opinfo, "cpu", dtype, grad):
+            found.append(sample)
+            if len(found) == MAX_SAMPLES:
+                break
+        return found
+    finally:
+        torch.random.set_rng_state(state)
 
 
-# --- one drawn call, as code ---------------------------------------------------------------------------------
-
-VARIANTS = ("function", "inplace")
-
-
-@dataclasses.dataclass(frozen=True)
-class OpCall:
-    """An op of the catalogue, its `sample`-th small sample, called as a function or in place."""
-    op: str
-    op_variant: str = ""
-    sample: int = 0
-    variant: str = "function"
-    dtype: str = "float32"
-
-    def entry(self) -> Entry:
-        return catalogue().entries[(self.op, self.op_variant)]
-
-    def sample_input(self):
-        entry = self.entry()
-        dtype = getattr(torch, self.dtype)
-        samples = [s for s in samples_of(entry.opinfo, dtype) if drawable(s)]
-        return samples[min(self.sample, len(samples) - 1)]
-
-    def materialise(self) -> "Materialised":
-        """The sample as literal tensors named x0, x1, ... and the call as an expression of them."""
-        entry, sample = self.entry(), self.sample_input()
-        names: list[tuple[str, torch.Tensor]] = []
-
-        def code(value) -> str:
-            if isinstance(value, torch.Tensor):
-                names.append((f"x{len(names)}", value))
-                return names[-1][0]
-            if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
-                inner = ", ".join(code(v) for v in value)
-                return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
-            return literal(value)
-
-        first = code(sample.input)
-        args = [code(a) for a in sample.args] + [f"{k}={code(v)}" for k, v in sample.kwargs.items()]
-        if self.variant == "inplace":
-            method = in_place_method(entry.opinfo)
-            call = f"{first}.{method}({', '.join(args)})"
-        else:
-            call = f"{entry.path}({', '.join([first, *args])})"
-        return Materialised(call, [(name, tensor_source(t), t.requires_grad) for name, t in names])
+def drawable(sample) -> bool:
+    """A sample a short script can hold: small, dense, real tensors, none of them empty."""
+    tensors = _tensors((sample.input, sample.args, sample.kwargs))
+    return (sum(t.numel() for t in tensors) <= MAX_ELEMENTS
+            and all(t.layout == torch.strided and not t.dtype.is_complex and t.numel() for t in tensors))
 
 
-@dataclasses.dataclass(frozen=True)
-class Materialised:
-    call: str  # "torch.add(x0, x1, alpha=2)"
-    inputs: list  # (name, constructor source, requires_grad)
+def declared_tolerance(opinfo, dtype: str) -> dict:
+    """The tolerance to compare compiled with eager for this op: OpInfo's own override for
+    inductor's OpInfo test on the CPU and this dtype where it declares a looser one, else the default."""
+    from torch.testing._internal.common_device_type import toleranceOverride
+    from torch.testing._internal.opinfo.core import DecorateInfo
 
-    @property
-    def names(self) -> list[str]:
-        return [name for name, _, _ in self.inputs]
-
-
-class NotMaterialisable(ValueError):
-    """A sample argument with no literal form (a callable, say): the example is not drawn."""
-
-
-def literal(value) -> str:
-    """Python source for a non-tensor argument of a sample."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"float({str(value)!r})"
-    if isinstance(value, (bool, int, float, complex, str, type(None))):
-        return repr(value)
-    if isinstance(value, (torch.dtype, torch.memory_format, torch.layout)):
-        return str(value)
-    if isinstance(value, torch.device):
-        return f"torch.device({str(value)!r})"
-    if isinstance(value, torch.Size):
-        return f"torch.Size({list(value)!r})"
-    if isinstance(value, slice):
-        return f"slice({value.start!r}, {value.stop!r}, {value.step!r})"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
-    raise NotMaterialisable(f"no literal for a {type(value).__name__} argument")
+    chosen = dict(DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES["float32"]))
+    for info in opinfo.decorators:
+        if not (isinstance(info, DecorateInfo) and info.cls_name == "TestInductorOpInfo"
+                and info.device_type in (None, "cpu")):
+            continue
+        for decorator in info.decorators:
+            declared = getattr(decorator, "d", {}).get(getattr(torch, dtype)) if isinstance(
+                decorator, toleranceOverride) else None
+            if declared is not None:
+                chosen = {"rtol": max(chosen["rtol"], declared.rtol), "atol": max(chosen["atol"], declared.atol)}
+    return chosen
 
 
-def tensor_source(tensor: torch.Tensor) -> str:
-    """`torch.tensor(<values>, dtype=...)` holding the tensor's exact values (float32 round-trips
-    through Python's float repr), requiring grad where it does."""
-    values = tensor.detach().tolist()
-    if tensor.dtype.is_complex:
-        raise NotMaterialisable("complex tensors are not drawn")
-    text = repr(values).replace("inf", "float('inf')").replace("nan", "float('nan')")
-    grad = ", requires_grad=True" if tensor.requires_grad else ""
-    return f"torch.tensor({text}, dtype={tensor.dtype}{grad})"
+# --- what a property case asks of it ----------------------------------------------------------------------------
+
+def need_op_db() -> None:
+    """Skips the case, naming why, where this torch's op_db cannot be read."""
+    import pytest
+
+    if catalogue().error:
+        pytest.skip(f"missing: torch's OpInfo database (op_db) cannot be read on this torch: {catalogue().error}")
+
+
+def about() -> dict:
+    """What a property's record says of the ops this torch offers: how many, per class, left out."""
+    found = catalogue()
+    return {"op_db": {"ops": len(found.entries), "left_out": found.left_out,
+                      "by_class": {name: len(found.of_class(name)) for name in OP_CLASSES}}}
+
+
+if __name__ == "__main__":  # the survey, in a process of its own: python opinfo.py OUT
+    pathlib.Path(sys.argv[1]).write_text(json.dumps(survey()))
