@@ -24,8 +24,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
-from harness.casekit import OpLog
-from harness.properties import explore
+from harness.plugin.casekit import OpLog
+from harness.plugin.properties import explore
 from programs.checkpoint import CheckpointProgram, checkpoint_programs
 from shared_declarations import EAGER_CHECKPOINT_OF_COMPILED, with_marks
 
@@ -283,7 +283,7 @@ def test_transformer_engine_checkpoint(case, device, backend, fullgraph):
     check_recomputes(case, lambda x, w: te.checkpoint(mm_sigmoid, *legacy, x, w, use_reentrant=False), device)
 
 
-# --- property cases (harness/properties.py): programs drawn around checkpoint ------------------------
+# --- property cases (harness/plugin/properties.py): programs drawn around checkpoint ------------------------
 
 PINNED_CHECKPOINT = [CheckpointProgram(), CheckpointProgram(context_fn="noop")]
 

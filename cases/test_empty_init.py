@@ -47,8 +47,8 @@ import math
 import pytest
 import torch
 
-from harness.casekit import need
-from harness.properties import explore
+from harness.plugin.casekit import need
+from harness.plugin.properties import explore
 from programs.empty_init import EmptyInitProgram, check_empty_init_program, empty_init_programs, figures
 
 # Compiled code runs torch.nn.init calls the enabled mode skips eagerly (the figure message below).
@@ -370,7 +370,7 @@ def test_copy_copy_in_compiled_fn_under_mode(case, device, backend, fullgraph, m
     assert set(compiled.initialised) == {expected}, f"sentinel initialised: {compiled.initialised}, expected {expected}"
 
 
-# --- property cases (harness/properties.py): programs drawn around _EmptyInit -------------------------
+# --- property cases (harness/plugin/properties.py): programs drawn around _EmptyInit -------------------------
 
 PINNED_EMPTY_INIT = [EmptyInitProgram(enabled=False), EmptyInitProgram(enabled=True, mode_at="inside"),
                      EmptyInitProgram(inits=("uniform_b",), enabled=True, build="inside")]

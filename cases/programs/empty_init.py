@@ -8,7 +8,7 @@ import math
 import torch
 from hypothesis import strategies as st
 
-from harness.casekit import need
+from harness.plugin.casekit import need
 
 # torch.nn.init calls on the sentinels a (8) and b (8x8), at most one each (a later init of the same
 # tensor would make the first one dead code, which compiled code may drop). Only the inits that

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import shutil
 import subprocess
 
-from packaging.version import InvalidVersion, Version
+from harness.core import versions
+from harness.core.errors import BadInput
+from harness.core.matrix import Session
 
-from harness.matrix import Session
 
-
-class EnvironmentMismatch(Exception):
+class EnvironmentMismatch(BadInput):
     """The environment does not match its session's pins."""
 
 
@@ -34,20 +33,13 @@ def require_gpu(session: Session) -> None:
         )
 
 
-def _dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def installed(cuda: bool = True) -> dict:
     """What matters of the running interpreter's environment, without importing Lightning.
     Versions come from package metadata; only the CUDA facts (cuda=True) import torch."""
     found = {
-        "torch": _dist_version("torch"),
-        "lightning": _dist_version("lightning"),
-        "pytorch-lightning": _dist_version("pytorch-lightning"),
+        "torch": versions.installed("torch"),
+        "lightning": versions.installed("lightning"),
+        "pytorch-lightning": versions.installed("pytorch-lightning"),
     }
     if cuda:
         try:
@@ -58,26 +50,18 @@ def installed(cuda: bool = True) -> dict:
     return found
 
 
-def _same_release(found: str | None, pin: str) -> bool:
-    """`2.5.1+cu124` satisfies the pin `2.5.1`: the local label names the build, not the release."""
-    try:
-        return found is not None and Version(found).public == Version(pin).public
-    except InvalidVersion:
-        return False
-
-
 def mismatches(session: Session, found: dict, gpu: bool = True) -> list[str]:
     problems = []
-    if session.torch and not _same_release(found["torch"], session.torch):
+    if session.torch and not versions.same_release(found["torch"], session.torch):
         problems.append(f"torch is {found['torch'] or 'not installed'}, the session pins {session.torch}")
-    if session.nightly and found["torch"] and not Version(found["torch"]).is_prerelease:
+    if session.nightly and found["torch"] and not versions.is_prerelease(found["torch"]):
         problems.append(f"torch is {found['torch']}, the nightly session needs a pre-release")
     for dist in ("lightning", "pytorch-lightning"):
-        if not _same_release(found[dist], session.lightning):
+        if not versions.same_release(found[dist], session.lightning):
             problems.append(f"{dist} is {found[dist] or 'not installed'}, the session pins {session.lightning}")
     if session.cuda_major is not None:
         cuda = found["cuda"]
-        if cuda is None or int(cuda.split(".")[0]) != session.cuda_major:
+        if cuda is None or versions.release(cuda)[0] != session.cuda_major:
             problems.append(f"torch is built for CUDA {cuda or 'none (CPU build)'}, the session pins CUDA {session.cuda_major}")
         elif gpu and not found["cuda_available"]:
             problems.append("torch.cuda.is_available() is False: a CUDA session needs a working GPU")

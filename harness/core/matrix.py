@@ -1,8 +1,14 @@
-"""The session matrix: reads harness/matrix.toml and derives one session per environment."""
+"""The session matrix: reads harness/core/matrix.toml and derives one session per environment.
+
+A session's name is built here and nowhere else (session_name, and derived_name for an environment
+made from a row's session); what a reader needs to know of a session is its `identity`, never its
+name parsed back.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import pathlib
 import re
 
@@ -11,6 +17,9 @@ try:
 except ImportError:  # Python < 3.11
     import tomli as tomllib
 
+from harness.core import limits, versions
+from harness.core.errors import BadInput
+
 MATRIX_FILE = pathlib.Path(__file__).with_name("matrix.toml")
 PYPI = "pypi"
 REGISTRY = "registry"  # the tag of sessions whose torch wheel comes from the package registry
@@ -18,7 +27,7 @@ LIGHTNING = "lightning"  # the tag of the sessions of the Lightning axis (each r
 LIGHTNING_NEWEST = "lightning_newest"  # the label those sessions add to their row's
 
 
-class MatrixError(ValueError):
+class MatrixError(BadInput):
     """The matrix table is malformed, or a session name is not in it."""
 
 
@@ -35,7 +44,7 @@ class Session:
     extra: tuple[str, ...]
     tags: tuple[str, ...]
     nightly: bool = False
-    case_timeout: int = 600
+    case_timeout: int = limits.DEFAULT_TIME_LIMIT
     label: str | None = None  # a second environment of the same torch row (another Python, extra packages)
     # The Lightning axis: the session of the row (era Lightning) whose pins this one repeats with the
     # newest Lightning that supports its torch; it runs only the cases that use Lightning.
@@ -60,7 +69,7 @@ class Session:
 
     @property
     def identity(self) -> dict:
-        """What the environment record carries (harness.records.Identity), so that no reader parses
+        """What the environment record carries (harness.core.records.Identity), so that no reader parses
         the name back."""
         return {"session": self.name, "device": self.device, "line": self.line,
                 "row": self.torch or "nightly", "label": self.label,
@@ -78,23 +87,40 @@ class Session:
         ]
 
 
-def short_version(version: str) -> str:
-    """'2.13.0' -> '213': the torch part of a session name."""
-    major, minor = version.split(".")[:2]
-    return f"{major}{minor}"
-
-
 def session_name(line: str, torch: str | None, label: str | None) -> str:
     """cpu_torch25, cuda12_torch213, cpu_torch_nightly, cpu_torch25_py310_pyg: built here only."""
-    row = short_version(torch) if torch else "_nightly"
+    row = versions.minor_tag(torch) if torch else "_nightly"
     return f"{line}_torch{row}" + (f"_{label}" if label else "")
+
+
+def _joined(label: str | None, suffix: str) -> str:
+    return f"{label}_{suffix}" if label else suffix
+
+
+def derived_name(row: Session, suffix: str) -> str:
+    """The name of an environment made from a row's session: its label with `suffix` added
+    (cpu_torch25_lightning_axis, cpu_torch25_py310_pyg_lightning2_5_3)."""
+    return session_name(row.line, row.torch, _joined(row.label, suffix))
+
+
+def with_lightning(row: Session, release: str) -> Session:
+    """The row's pins with another Lightning release: an environment outside the table (a bisection
+    or a sweep along Lightning), named after its row."""
+    return dataclasses.replace(row, name=derived_name(row, "lightning" + release.replace(".", "_")),
+                               lightning=release, label=None, lightning_of=None)
+
+
+def local_session_name(version: str, prefix: str = "local_torch") -> str:
+    """The name of an environment outside the matrix, from its version: `local_torch2.15.0_cpu` (a
+    plain `pytest cases/`), `bisect-2.14` (an interpreter a bisection is given)."""
+    return prefix + re.sub(r"[^0-9A-Za-z.]+", "_", version)
 
 
 def cuda_major_of(flavour: str, pypi_cuda: str | None) -> int:
     if flavour == PYPI:
         if not pypi_cuda:
             raise MatrixError("a row with cuda = 'pypi' needs pypi_cuda")
-        return int(pypi_cuda.split(".")[0])
+        return versions.release(pypi_cuda)[0]
     digits = flavour.rsplit("cu", 1)[-1]
     if not digits.isdigit() or len(digits) < 3:
         raise MatrixError(f"unknown CUDA flavour {flavour!r}: expected 'pypi' or 'cuNNN'")
@@ -103,13 +129,20 @@ def cuda_major_of(flavour: str, pypi_cuda: str | None) -> int:
 
 def lightning_label(label: str | None) -> str:
     """The label of a row's Lightning-axis session: its own label (if any), then `lightning_newest`."""
-    return f"{label}_{LIGHTNING_NEWEST}" if label else LIGHTNING_NEWEST
+    return _joined(label, LIGHTNING_NEWEST)
 
 
 def _require(row: dict, key: str, where: str):
     if key not in row:
         raise MatrixError(f"{where}: missing '{key}'")
     return row[key]
+
+
+def _seconds(value, where: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise MatrixError(f"{where}: case_timeout {value!r} is not a number of seconds") from None
 
 
 def read_table(path: pathlib.Path = MATRIX_FILE) -> dict:
@@ -148,7 +181,7 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
             lightning=str(_require(row, "lightning", where)),
             python=str(_require(row, "python", where)),
             extra=tuple(row.get("extra", ())),
-            case_timeout=int(row.get("case_timeout", defaults.get("case_timeout", 600))),
+            case_timeout=_seconds(row.get("case_timeout", defaults.get("case_timeout", limits.DEFAULT_TIME_LIMIT)), where),
             label=label,
         )
         age = ("oldest",) if row is plain_rows[0] else ("latest",) if row is plain_rows[-1] else ()
@@ -177,7 +210,8 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
             python=str(_require(nightly, "python", "nightly")),
             extra=tuple(nightly.get("extra", ())),
             nightly=True,
-            case_timeout=int(nightly.get("case_timeout", defaults.get("case_timeout", 600))),
+            case_timeout=_seconds(nightly.get("case_timeout", defaults.get("case_timeout", limits.DEFAULT_TIME_LIMIT)),
+                                  "nightly"),
         )
         cpu_index = _require(nightly, "cpu_index", "nightly")
         sessions.append(
@@ -205,8 +239,6 @@ def find(name: str, sessions: list[Session] | None = None) -> Session:
     for session in sessions:
         if session.name == name:
             return session
-    import difflib
-
     close = difflib.get_close_matches(name, [s.name for s in sessions], n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     raise MatrixError(f"unknown session {name!r}{hint}")

@@ -2,13 +2,17 @@
 
 Every part of the harness that shows or acts on an outcome reads it from OUTCOMES: the plugin
 (records, pytest's report), the regression table, the JUnit file, the reproduction script's exit
-code and bisect.
+code and bisect; a set of outcomes that one of them acts on is named here too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 import re
+import signal
+
+from harness.core import versions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +43,23 @@ OUTCOMES = {o.name: o for o in (
     Outcome("crash", 9, "💥", "CRASH", "its process died, or ran out of memory", "failing", True, None, "error"),
 )}
 NAMES = tuple(OUTCOMES)
-PASSING = frozenset(n for n, o in OUTCOMES.items() if o.verdict == "passing")
+PASSING = frozenset(n for n, o in OUTCOMES.items() if o.verdict == "passing")  # pass, fixed
 FAILING = frozenset(n for n, o in OUTCOMES.items() if o.verdict == "failing")
+HARD = tuple(n for n, o in OUTCOMES.items() if o.fails_session)  # fail, error, timeout, crash
+DECLARED = ("known", "limitation")  # outcomes a case declares, each with its reference
+REFERENCED = (*DECLARED, "fixed")  # outcomes whose record names the one reference they met or no longer meet
+RAISED = ("fail", *DECLARED)  # the case raised (its own failure, a known bug, a limitation): a bug to reduce
+RETRIED = frozenset({"fail", "error"})  # a case that ends so runs again (--case-reruns)
+NOT_CARRIED = frozenset({"error"})  # the harness failed to run the case: never carried to a later run
+# What a script's exit status says (the codes reproduction scripts exit with; `fixed` exits 0 too, and
+# says so on its OUTCOME line).
+BY_EXIT_CODE = {OUTCOMES[name].exit_code: name for name in ("pass", "skip", *DECLARED)}
 
 
-def worst(names) -> str:
-    return max(names, key=lambda name: OUTCOMES[name].severity)
+def worst(items, outcome=lambda item: item):
+    """The item of `items` with the most severe outcome (`outcome(item)`: its name; by default the
+    item is one): the outcome of a case whose phases, attempts or failures differ."""
+    return max(items, key=lambda item: OUTCOMES[outcome(item)].severity)
 
 
 # --- what a raised exception means ----------------------------------------------------------
@@ -75,7 +90,7 @@ def exception_text(exc: BaseException) -> str:
         return f"<unprintable {qualname(type(exc))}: its str() raised {why}>"
 
 
-def first_line(exc: BaseException) -> str:
+def message_line(exc: BaseException) -> str:
     """The exception's first line; when it only announces what follows ("backend='x' raised:"),
     the next line too."""
     lines = [line.strip() for line in exception_text(exc).strip().splitlines() if line.strip()]
@@ -87,12 +102,6 @@ def first_line(exc: BaseException) -> str:
 def is_instance_named(exc: BaseException, name: str) -> bool:
     """`exc` is an instance of a class called `name` (bare or qualified): no import needed."""
     return any(name in (cls.__name__, qualname(cls)) for cls in type(exc).__mro__)
-
-
-def _release(version: str) -> tuple[int, ...]:
-    from packaging.version import Version
-
-    return Version(version).release
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,13 +121,7 @@ class Expected:
     def applies_to(self, torch_version: str) -> bool:
         """Whether this torch lies in the declaration's range: outside it a failure is `fail` and
         a pass a plain `pass`, whatever other versions did."""
-        found = _release(torch_version)
-        if self.since is not None and found < _release(self.since):
-            return False
-        if self.until is not None:
-            until = _release(self.until)
-            return found[:len(until)] <= until
-        return True
+        return versions.in_range(torch_version, self.since, self.until)
 
     def matches(self, exc: BaseException) -> bool:
         return any(any(is_instance_named(candidate, name) for name in self.raises)
@@ -131,6 +134,18 @@ class Expected:
 
 
 EXPECTED_MARKERS = {"upstream_bug": "known", "limitation": "limitation"}
+
+
+def upstream_link(ref: str | None) -> str:
+    """A declaration's reference as a link: 'owner/repo#123' -> its GitHub issue or pull request;
+    'owner/repo:path' -> the file on the default branch; a URL (a documentation page) as it is."""
+    match = re.fullmatch(r"([\w.-]+/[\w.-]+)#(\d+)", ref or "")
+    if match:
+        return f"https://github.com/{match[1]}/issues/{match[2]}"
+    match = re.fullmatch(r"([\w.-]+/[\w.-]+):([\w./-]+)", ref or "")
+    if match:
+        return f"https://github.com/{match[1]}/blob/HEAD/{match[2]}"
+    return ref if re.match(r"https?://", ref or "") else ""
 
 
 def expected_failures(item) -> list[Expected]:
@@ -174,10 +189,69 @@ def classify_exception(exc: BaseException, declared: list[Expected]) -> tuple[st
     classified leaf by leaf: the most severe wins (one no declaration matches: `fail`)."""
     leaves = leaf_exceptions(exc)
     if len(leaves) > 1 or leaves[0] is not exc:
-        return max((classify_exception(leaf, declared) for leaf in leaves), key=lambda c: OUTCOMES[c[0]].severity)
+        return worst((classify_exception(leaf, declared) for leaf in leaves), outcome=lambda found: found[0])
     if out_of_memory(exc):
         return "crash", None
     for expected in declared:
         if expected.matches(exc):
             return expected.kind, expected.ref
     return "fail", None
+
+
+# --- what a dead process's output means (a case's process, a worker, a script) ----------------------------
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
+
+
+def _innermost_case_frame(lines: list[str], case_file: str | None) -> str | None:
+    """`file:line in function` of the innermost frame in the case's own file, from a stack dump
+    (pytest-timeout prints most recent call last, faulthandler most recent first)."""
+    if not case_file:
+        return None
+    frames = [m for m in map(_FRAME.search, lines) if m and m["file"].endswith(case_file)]
+    if not frames:
+        return None
+    newest_first = any(line.endswith("(most recent call first):") for line in lines)
+    frame = frames[0] if newest_first else frames[-1]
+    return f"{pathlib.PurePath(frame['file']).name}:{frame['line']} in {frame['func']}"
+
+
+def signal_name(status: int | None) -> str | None:
+    """The signal that ended a process (`status`: minus its number), None for an exit."""
+    if status is None or status >= 0:
+        return None
+    try:
+        return signal.Signals(-status).name
+    except ValueError:
+        return f"signal {-status}"
+
+
+def crash_summary(output: str, exit_status: int | None = None, case_file: str | None = None,
+                  time_limit: float | None = None) -> tuple[str, str]:
+    """(outcome, message) for a case whose worker died, from what it printed and how it ended:
+    a time-limit report means `timeout`, anything else `crash`."""
+    lines = [line.rstrip() for line in output.splitlines()
+             if line.strip() and not line.startswith("Extension modules:")]
+    where = _innermost_case_frame(lines, case_file)
+    at = f" at {where}" if where else ""
+    limit = f" of {time_limit:g} s" if time_limit else ""
+    for line in lines:
+        banner = re.search(r"\+{3,} (Timeout.*?) \+{3,}", line)
+        if banner:  # pytest-timeout
+            return "timeout", f"ran past its time limit{limit}{at} (pytest-timeout)"
+        backstop = re.search(r"Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!", line)
+        if backstop:  # the runner's faulthandler watchdog: pytest-timeout could not act
+            return "timeout", (f"ran past its time limit{limit}{at} holding the GIL; "
+                               f"ended by faulthandler ({backstop[0]})")
+    fatal = next((line[line.index("Fatal Python error:"):] for line in lines if "Fatal Python error:" in line), None)
+    cause = next((line.strip() for line in lines if line.strip().startswith(("what():", "terminate called"))), None)
+    if fatal:
+        return "crash", fatal + (f" ({cause})" if cause else "") + at
+    killed = signal_name(exit_status)
+    if killed:
+        last = f"; last output: {lines[-1]}" if lines else ""
+        return "crash", f"killed by {killed}{last}"
+    if lines:
+        status = f" with status {exit_status}" if exit_status else ""
+        return "crash", f"worker exited{status}; last output: {lines[-1]}"
+    return "crash", "worker died without output" + (f" (exit status {exit_status})" if exit_status else "")

@@ -1,9 +1,11 @@
 """The record schema: every reader and writer of results goes through this module.
 
-A results file (`results_path(directory, session)`) holds one JSON record per line, appended and
+A results file (harness.core.paths.results_path) holds one JSON record per line, appended and
 flushed as each case finishes: an `environment` record first (with the session's `identity`, from
-harness.matrix), a `case` record per case, an `end` record when the run finished. Schema 2 is
-written; schema 1 files (before `reference`/`declared` and `identity`) are read through `upgrade`.
+harness.core.matrix), a `case` record per case, an `end` record when the run finished. Schema 2 is
+written; schema 1 files (before `reference`/`declared` and `identity`) are read through `upgrade`,
+and nothing reads schema 1's fields past it. A case record is made of what the phases of its run
+reported (PhaseData), carried on pytest's reports from the process that ran it.
 """
 
 from __future__ import annotations
@@ -16,19 +18,17 @@ import tempfile
 import time
 from typing import Optional, TypedDict
 
-from packaging.version import InvalidVersion, Version
-
-from harness.outcomes import OUTCOMES
+from harness.core import paths
+from harness.core.caseid import CaseIdentity
+from harness.core.errors import BadInput
+from harness.core.outcomes import OUTCOMES, REFERENCED
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
-RESULTS_ENV = "HARNESS_RESULTS_DIR"
-SUFFIX = ".jsonl"
-DECLARED_KINDS = ("known", "limitation")  # outcomes a case declares, each with its reference
 
 
 class Identity(TypedDict):
-    """Who a session is, as harness.matrix defines it: never parsed back out of its name."""
+    """Who a session is, as harness.core.matrix defines it: never parsed back out of its name."""
     session: str
     device: str  # "cpu" or "cuda"
     line: str  # the version line it is a step of: "cpu", or "cudaNN" (one per CUDA major)
@@ -59,17 +59,18 @@ class EnvironmentRecord(TypedDict, total=False):
     lightning: Optional[str]
     gpu: Optional[str]
     git_commit: Optional[str]
-    reuse_keys: dict
+    reuse_keys: dict  # family -> the digest of what its cases depend on (harness.plugin.reuse)
+    reuse_sources: dict  # the project's files those keys hold, path -> digest: what changed, when one did
     reused_from: dict
 
 
 class CaseRecord(TypedDict, total=False):
     schema: int
     kind: str  # "case"
-    case: str  # family/variant[params]: harness.caseid
+    case: str  # family/variant[params]: harness.core.caseid
     family: str
     params: dict
-    outcome: str  # a name of harness.outcomes.OUTCOMES
+    outcome: str  # a name of harness.core.outcomes.OUTCOMES
     exc_type: Optional[str]
     message: Optional[str]
     reference: Optional[str]  # the one declaration the run met (known, limitation) or no longer meets (fixed)
@@ -95,6 +96,42 @@ class EndRecord(TypedDict, total=False):
 
 CASE_KEYS = ("case", "family", "params", "outcome", "exc_type", "message", "reference", "declared")
 OPTIONAL_CASE_KEYS = ("attempts", "leaked", "output_tail", "reused_from", "workdir", "log")
+PHASE_PROPERTY = "harness"  # the name of a phase's data among the user_properties of pytest's report
+
+
+class PhaseData(CaseIdentity, total=False):
+    """What one phase of a case reported (`setup`, `call`, `teardown`, or `crash` for a process that
+    died), carried on pytest's report to the process that writes the record: the case record is the
+    most severe phase's fields (case_record), with the figures of every phase."""
+    phase: str
+    outcome: str
+    exc_type: Optional[str]
+    message: Optional[str]
+    reference: Optional[str]
+    declared: list  # [Declaration]
+    metrics: dict
+    output_tail: str
+    log: str  # the worker log that holds a text the record cut
+    workdir: str
+    attempts: list
+    leaked: list
+
+
+def phase_data(identity: CaseIdentity, phase: str, outcome: str, exc_type: str | None = None,
+               message: str | None = None, reference: str | None = None, declared=(), metrics=None,
+               **more) -> PhaseData:
+    """A phase's data: the one builder, for the runner, a forked case's process and a dead worker."""
+    return PhaseData(**identity, phase=phase, outcome=outcome, exc_type=exc_type, message=message,
+                     reference=reference, declared=list(declared), metrics=dict(metrics or {}), **more)
+
+
+def phase_of(report) -> PhaseData | None:
+    """The phase data a pytest report carries (the last put there); None for a report of no case."""
+    return next((value for key, value in reversed(report.user_properties) if key == PHASE_PROPERTY), None)
+
+
+def attach_phase(report, data: PhaseData) -> None:
+    report.user_properties.append((PHASE_PROPERTY, data))
 
 # Size bounds of a record. A case may raise a 10 MB message or print 17 MB; stored whole it makes a
 # results line of 30 MB that every reader (report, JUnit, reuse) chokes on. As pytest and PyTorch's
@@ -163,28 +200,10 @@ def bounded_line(record: dict) -> str:
         scale /= 2
 
 
-def results_path(directory: str | os.PathLike, session: str) -> pathlib.Path:
-    """Where a session's results go: the one builder of that path."""
-    return pathlib.Path(directory) / f"{session}{SUFFIX}"
-
-
-def results_files(directory: str | os.PathLike) -> list[pathlib.Path]:
-    return sorted(pathlib.Path(directory).glob(f"*{SUFFIX}"))
-
-
-def torch_version(text: str | None) -> Version:
-    """A torch version as packaging reads it, local part (+cpu, +cu121) dropped; Version('0') when
-    it is no version at all. The one place versions are parsed."""
-    try:
-        return Version((text or "").split("+")[0].strip())
-    except InvalidVersion:
-        return Version("0")
-
-
 def identity(session: str, torch: str | None = None, gpu: bool = False) -> Identity:
-    """The session's identity from the matrix (harness.matrix.Session.identity); a session outside
-    the matrix (a local run) is its own plain row on the device it ran on."""
-    from harness import matrix
+    """The session's identity from the matrix (harness.core.matrix.Session.identity); a session
+    outside the matrix (a local run) is its own plain row on the device it ran on."""
+    from harness.core import matrix
 
     try:
         return matrix.find(session).identity
@@ -194,14 +213,8 @@ def identity(session: str, torch: str | None = None, gpu: bool = False) -> Ident
                         lightning_of=None)
 
 
-def case_record(data: dict, **more) -> CaseRecord:
-    """A case record from what a run reported (`data`: the worst phase's fields). A run that still
-    reports `upstream` (refs, the matched one first) is written as schema 2."""
-    data = dict(data)
-    if "upstream" in data:
-        legacy = _from_upstream(data["outcome"], data.pop("upstream") or [])
-        data.setdefault("reference", legacy["reference"])
-        data.setdefault("declared", legacy["declared"])
+def case_record(data: PhaseData, **more) -> CaseRecord:
+    """A case record from what a run reported (`data`: the worst phase's)."""
     record = {"kind": "case", **{key: data.get(key) for key in CASE_KEYS}, **more}
     record["declared"] = record["declared"] or []
     record.update({key: data[key] for key in OPTIONAL_CASE_KEYS if data.get(key)})
@@ -211,7 +224,7 @@ def case_record(data: dict, **more) -> CaseRecord:
 def _from_upstream(outcome: str, refs: list) -> dict:
     """Schema 1's `upstream` (the refs declared for the case, the matched one first) as schema 2's
     fields: the matched reference only where the outcome names one."""
-    matched = refs[0] if refs and outcome in (*DECLARED_KINDS, "fixed") else None
+    matched = refs[0] if refs and outcome in REFERENCED else None
     return {"reference": matched, "declared": [{"ref": ref} for ref in dict.fromkeys(refs)]}
 
 
@@ -227,26 +240,19 @@ def upgrade(record: dict) -> dict:
     return record
 
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
 def portable(text: str) -> str:
     """`text` without this machine's paths: the running environment as `<venv>`, the checkout's
     files relative to its root, Python's own installation as `<python>`, the temp dir as `<tmp>`;
     so that records of two machines compare equal."""
     places = {sys.prefix: "<venv>", sys.base_prefix: "<python>",  # outside a venv the two are one: <python>
-              tempfile.gettempdir(): "<tmp>", str(ROOT) + os.sep: ""}
+              tempfile.gettempdir(): "<tmp>", str(paths.ROOT) + os.sep: ""}
     for place in sorted(places, key=len, reverse=True):  # the venv may lie inside the checkout
         text = text.replace(place, places[place])
     return text
 
 
-class ResultsError(Exception):
+class ResultsError(BadInput):
     """A results file cannot be written or read."""
-
-
-def results_dir(default: str | os.PathLike = "results") -> pathlib.Path:
-    return pathlib.Path(os.environ.get(RESULTS_ENV) or default)
 
 
 def check_writable(directory: pathlib.Path) -> None:
@@ -280,10 +286,10 @@ class ResultsWriter:
         previous = self.path.parent / "previous"
         previous.mkdir(exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.path.stat().st_mtime))
-        target = previous / f"{self.path.stem}.{stamp}{SUFFIX}"
+        target = previous / f"{self.path.stem}.{stamp}{paths.RESULTS_SUFFIX}"
         n = 1
         while target.exists():
-            target = previous / f"{self.path.stem}.{stamp}.{n}{SUFFIX}"
+            target = previous / f"{self.path.stem}.{stamp}.{n}{paths.RESULTS_SUFFIX}"
             n += 1
         os.replace(self.path, target)
 
@@ -319,7 +325,7 @@ def read(path: pathlib.Path) -> list[dict]:
         if record.get("schema") not in READABLE_SCHEMAS:
             raise ResultsError(f"{path}:{number}: schema {record.get('schema')!r}, this harness reads "
                                f"{', '.join(map(str, READABLE_SCHEMAS))}")
-        if record["kind"] == "case" and record.get("outcome") not in OUTCOMES:  # harness.outcomes
+        if record["kind"] == "case" and record.get("outcome") not in OUTCOMES:
             raise ResultsError(f"{path}:{number}: unknown outcome {record.get('outcome')!r}")
         records.append(upgrade(record))
     if not records or records[0]["kind"] != "environment":

@@ -1,46 +1,49 @@
-"""pytest plugin of the harness: its options, and which role each process plays.
+"""pytest plugin of the harness (`-p harness.plugin`): its options, and which role each process plays.
 
 - Where cases run (an xdist worker, or pytest's own process when nothing is distributed):
-  `harness.runner.CaseRunner` runs each case and classifies its outcome.
+  `harness.plugin.runner.CaseRunner` runs each case and classifies its outcome.
 - Where the results file is written (xdist's controller, or pytest's own process):
-  `harness.recorder.ResultsRecorder` appends one record per case, crashed ones included.
-- xdist's controller: `harness.scheduling` keeps the cases' order when a worker dies.
+  `harness.plugin.recorder.ResultsRecorder` appends one record per case, crashed ones included.
+- xdist's controller: `harness.plugin.scheduling` keeps the cases' order when a worker dies.
 
-Loaded by cases/conftest.py, so plain `pytest cases/` records too.
+Loaded by cases/conftest.py, so plain `pytest cases/` records too. Everything in this folder runs in a
+session's venv, and every module of it (with harness/core) is in the reuse key (harness.plugin.reuse).
 """
 
 from __future__ import annotations
 
 import os
 
-from harness import lightning_use, records
+from harness.core import limits, paths
+from harness.plugin import lightning_use
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("harness")
     group.addoption("--results-dir", default=None,
-                    help=f"where <session>.jsonl goes (default ${records.RESULTS_ENV} or ./results)")
+                    help=f"where <session>.jsonl goes (default ${paths.RESULTS_ENV} or ./results)")
     group.addoption("--session-name", default=None,
                     help="results file name (default $HARNESS_SESSION, else local_torch<version>)")
-    group.addoption("--case-reruns", type=int, default=int(os.environ.get("HARNESS_RERUNS", "1")),
+    group.addoption("--case-reruns", type=int, default=limits.case_reruns(),
                     help="run a failing case this many more times; attempts that disagree make it `flaky` "
-                         "(default $HARNESS_RERUNS or 1; pytest-rerunfailures' --reruns and flaky marker "
+                         f"(default ${limits.RERUNS_ENV} or {limits.DEFAULT_RERUNS}; pytest-rerunfailures' --reruns and flaky marker "
                          "set it too where that plugin is installed)")
     group.addoption("--reuse-plan", default=None, metavar="PATH",
-                    help="written by `python -m harness.reuse` (nox sessions): records to carry over from the "
+                    help="written by `python -m harness.plugin.reuse` (nox sessions): records to carry over from the "
                          "last run into this one, and the reuse keys to keep")
     group.addoption("--isolation", choices=("auto", "fork", "none"),
                     default=os.environ.get("HARNESS_ISOLATION", "auto"),
                     help="where each attempt of a case runs: `fork`, a child forked from the warm process, so "
-                         "that no case meets what an earlier one changed (harness.isolation); `none`, the "
+                         "that no case meets what an earlier one changed (harness.plugin.isolation); `none`, the "
                          "process itself, with known torch state reset between cases; `auto` (default, or "
                          "$HARNESS_ISOLATION), fork where a forked child can run cases")
     group.addoption("--lightning-cases", action="store_true",
-                    help="run only the cases that use Lightning (harness.lightning_use): a Lightning-axis session")
-    group.addoption("--memory-limit", default=os.environ.get("HARNESS_MEMORY_LIMIT", "75%"),
+                    help="run only the cases that use Lightning (harness.plugin.lightning_use): a Lightning-axis session")
+    group.addoption("--memory-limit", default=limits.memory_limit(),
                     help="data memory of each process that runs cases: N%% of this machine's memory shared "
                          "by the workers, or a size such as 8G; 0 for none. A case that exceeds it is "
-                         "recorded as `crash` (out of memory) (default $HARNESS_MEMORY_LIMIT or 75%%)")
+                         f"recorded as `crash` (out of memory) (default ${limits.MEMORY_LIMIT_ENV} or "
+                         f"{limits.DEFAULT_MEMORY_LIMIT}%)")
 
 
 def pytest_configure(config):
@@ -65,16 +68,16 @@ def pytest_configure(config):
     worker = getattr(config, "workerinput", None)
     distributing = worker is None and getattr(config.option, "dist", "no") != "no"
     if not distributing:
-        from harness import runner
+        from harness.plugin import runner
 
         config.pluginmanager.register(runner, "harness-case-fixture")
         config.pluginmanager.register(runner.CaseRunner(config, worker), "harness-runner")
     if worker is None:
-        from harness.recorder import ResultsRecorder
+        from harness.plugin.recorder import ResultsRecorder
 
         config.pluginmanager.register(ResultsRecorder(config), "harness-recorder")
     if distributing:
-        from harness import scheduling
+        from harness.plugin import scheduling
 
         config.pluginmanager.register(scheduling, "harness-scheduling")
 

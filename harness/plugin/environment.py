@@ -10,22 +10,12 @@ import platform
 import subprocess
 import sys
 
-from harness import records
-from harness.sessions import install_environment, installed_torch_wheel
-
-PROJECT_ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _dist_version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+from harness.core import paths, records, versions
+from harness.core.sessions import SESSION_ENV
+from harness.core.venvs import install_environment, installed_torch_wheel
 
 
-def git_commit(root: pathlib.Path = PROJECT_ROOT) -> str | None:
+def git_commit(root: pathlib.Path = paths.ROOT) -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
@@ -33,22 +23,22 @@ def git_commit(root: pathlib.Path = PROJECT_ROOT) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def _in_checkout(dist) -> bool:
+def _in_checkout(dist, root: pathlib.Path) -> bool:
     """The project's own metadata found in the checkout itself (the editable install's
     torch_compile_matrix.egg-info, seen through the cwd entry of sys.path): the harness is not an
     installed package of the session, and its sources are keyed on their own."""
     try:
-        return pathlib.Path(dist.locate_file("")).resolve() == PROJECT_ROOT
-    except (OSError, TypeError, NotImplementedError):
+        return pathlib.Path(dist.locate_file("")).resolve() == root
+    except (OSError, TypeError, NotImplementedError):  # a distribution with no place on disk
         return False
 
 
-def installed_packages() -> list[str]:
-    """`name==version` of every distribution the interpreter sees, but the checkout's own."""
+def installed_packages(root: pathlib.Path = paths.ROOT) -> list[str]:
+    """`name==version` of every distribution the interpreter sees, but the checkout's own (`root`)."""
     names = {}
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"]
-        if name and not _in_checkout(dist):
+        if name and not _in_checkout(dist, pathlib.Path(root).resolve()):
             names[name.lower()] = f"{name}=={dist.version}"
     return [names[key] for key in sorted(names)]
 
@@ -86,9 +76,9 @@ def environment_record(session: str) -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "triton": _dist_version("triton", "pytorch-triton"),
-        "lightning": _dist_version("lightning"),
-        "pytorch_lightning": _dist_version("pytorch-lightning"),
+        "triton": versions.installed("triton", "pytorch-triton"),
+        "lightning": versions.installed("lightning"),
+        "pytorch_lightning": versions.installed("pytorch-lightning"),
         "python": platform.python_version(),
         "python_executable": sys.executable,
         "gpu": gpu_name,
@@ -96,7 +86,7 @@ def environment_record(session: str) -> dict:
         "cpu": _cpu_model(getattr(info, "cpu_info", None)),
         "os": getattr(info, "os", None) or platform.platform(),
         "git_commit": git_commit(),
-        "harness_session": os.environ.get("HARNESS_SESSION"),
+        "harness_session": os.environ.get(SESSION_ENV),
         "install_environment": install_environment(),
         "torch_wheel": installed_torch_wheel(),  # {"build": "cpu"|"registry default"|index, "index", "reason"?}
         "packages": installed_packages(),

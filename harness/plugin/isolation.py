@@ -19,7 +19,7 @@ inherits; each child initialises CUDA itself). Before each fork the parent's obj
 page they lie on (0.6 s a case otherwise).
 
 A child that dies (a signal, `os._exit`, a time limit) sends no reports: the parent reads what it
-printed and builds its record as the controller does for a dead worker (`harness.workerlog`).
+printed and builds its record as the controller does for a dead worker (`harness.plugin.workerlog`).
 """
 
 from __future__ import annotations
@@ -36,15 +36,16 @@ import traceback
 
 from _pytest.reports import TestReport
 
-from harness import outcomes, workerlog
-from harness.caseid import case_identity
+from harness.core import caseid, outcomes, records
+from harness.core.caseid import case_identity
+from harness.plugin import workerlog
 
 PROBE_TIMEOUT = 120
 UNSENT = 70  # a child's exit status when it could not send its reports (it sends what failed instead)
 
 
 def _describe(error: BaseException) -> str:
-    line = outcomes.first_line(error)
+    line = outcomes.message_line(error)
     return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
@@ -78,8 +79,17 @@ def _die_with_parent() -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-    except Exception:  # not Linux: the parent's own deadline still ends it
-        pass
+    except (OSError, AttributeError):  # no prctl (not Linux): the parent's own deadline still ends the child
+        return
+
+
+def _flush(stream) -> None:
+    """Flush what a stream holds before a fork or an exit; a stream the case closed or whose reader
+    is gone (OSError, ValueError) has nothing left to give, and what it held is lost either way."""
+    try:
+        stream.flush()
+    except (OSError, ValueError):
+        return
 
 
 def probe() -> str | None:
@@ -151,10 +161,7 @@ class ForkedAttempt:
         output = None if self.log is not None else tempfile.TemporaryFile()
         read, write = os.pipe()
         for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-            try:
-                stream.flush()
-            except Exception:
-                pass
+            _flush(stream)
         # A collection in the child would touch every object the parent made, copying the pages they
         # lie on (0.6 s a case on torch 2.15 with Lightning): frozen, the collector leaves them alone.
         gc.freeze()
@@ -206,10 +213,7 @@ class ForkedAttempt:
             _write_all(write, json.dumps({"unsent": stage, "error": _describe(error)}).encode(), quiet=True)
         finally:
             for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:
-                    pass
+                _flush(stream)
             os._exit(code)
 
     def _unsent(self, stage: str, error: str, printed: str, seconds: float) -> TestReport:
@@ -230,8 +234,8 @@ class ForkedAttempt:
 
     def _died(self, status: int, printed: str, seconds: float, killed: bool) -> TestReport:
         """The report of an attempt whose process died: what it printed and how it ended."""
-        case_file = self.item.nodeid.split("::")[0]
-        outcome, message = workerlog.crash_summary(printed, status, case_file, self.time_limit)
+        case_file = caseid.nodeid_file(self.item.nodeid)
+        outcome, message = outcomes.crash_summary(printed, status, case_file, self.time_limit)
         if killed:
             outcome, message = "timeout", f"ran past its time limit of {self.time_limit:g} s; killed by the harness"
         return self._report(outcome, message, printed, seconds)
@@ -239,9 +243,9 @@ class ForkedAttempt:
     def _report(self, outcome: str, message: str, printed: str, seconds: float) -> TestReport:
         tail = workerlog.shorten(printed)
         metrics = self.log.measured(self.item.nodeid) if self.log is not None else {}
-        data = {**case_identity(self.item), "phase": "crash", "outcome": outcome, "exc_type": None,
-                "message": message, "reference": None, "declared": [], "metrics": metrics, "output_tail": tail}
+        data = records.phase_data(case_identity(self.item), "crash", outcome, message=message, metrics=metrics,
+                                  output_tail=tail)
         if self.log is not None:
             data["log"] = str(self.log.path)  # the whole of what it printed
         return TestReport(self.item.nodeid, self.item.location, {}, "failed", f"{message}\n\n{tail}" if tail else message,
-                          "call", user_properties=[("harness", data)], duration=seconds)
+                          "call", user_properties=[(records.PHASE_PROPERTY, data)], duration=seconds)

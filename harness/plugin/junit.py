@@ -1,21 +1,20 @@
 """A results file as JUnit XML (`<session>.xml` beside `<session>.jsonl`), what CI dashboards and
 test-report actions read: one testcase per case record, in the status JUnit has for its outcome
-(harness.outcomes), the outcome itself and its matched reference among the testcase's properties, and
+(harness.core.outcomes), the outcome itself and its matched reference among the testcase's properties, and
 the case's `file` and `line` (its test function in cases/) for reporters that annotate the source.
-Records are read through harness.records (schema 1 and 2)."""
+Records are read through harness.core.records (schema 1 and 2)."""
 
 from __future__ import annotations
 
 import pathlib
 import xml.etree.ElementTree as ElementTree
 
-from harness import records
-from harness.outcomes import OUTCOMES
+from harness.core import caseid, records
+from harness.core.outcomes import OUTCOMES
 
 
 def testcase(record: dict) -> ElementTree.Element:
-    family = record["family"]
-    case = ElementTree.Element("testcase", classname=family, name=record["case"].removeprefix(f"{family}/"),
+    case = ElementTree.Element("testcase", classname=record["family"], name=caseid.parse(record["case"]).in_family,
                                time=f"{record.get('duration') or 0:.3f}")
     location = record.get("location") or {}  # older records (and carried ones made before) have none
     if location.get("file"):

@@ -2,7 +2,7 @@
 or a function or class under cases/ that it reaches by name, imports `lightning` or
 `pytorch_lightning` or asks `need()` for an API of theirs (`need("lightning.fabric.Fabric")`).
 
-The Lightning-axis sessions (harness.matrix: a row's pins with the newest Lightning) run only those
+The Lightning-axis sessions (harness.core.matrix: a row's pins with the newest Lightning) run only those
 cases (`--lightning-cases`): a case that never touches Lightning has the same outcome with either
 release, so it runs once, in the row's own session. A parametrisation of a Lightning case that does not
 touch Lightning (a control: a plain TorchFunctionMode beside `_EmptyInit`) says so with
@@ -17,8 +17,9 @@ import inspect
 import pathlib
 import textwrap
 
+from harness.core import paths
+
 PACKAGES = ("lightning", "pytorch_lightning")
-CASES = pathlib.Path(__file__).resolve().parent.parent / "cases"
 
 
 def _names_lightning(text: str) -> bool:
@@ -27,7 +28,7 @@ def _names_lightning(text: str) -> bool:
 
 def _in_cases(obj) -> bool:
     try:
-        return CASES in pathlib.Path(inspect.getsourcefile(obj) or "").resolve().parents
+        return paths.CASES in pathlib.Path(inspect.getsourcefile(obj) or "").resolve().parents
     except TypeError:  # a builtin
         return False
 

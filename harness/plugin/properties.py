@@ -11,7 +11,7 @@ Two modes, read here and nowhere else:
 - the table (default): a fixed seed per property, derandomized, `TABLE_EXAMPLES[backend]` drawn
   examples plus every pinned one, no shrinking. Every example runs even after one fails, so the
   record lists every failing example; one failure is raised as it is, several as an
-  ExceptionGroup (harness.outcomes classifies each: a failure no declaration matches wins).
+  ExceptionGroup (harness.core.outcomes classifies each: a failure no declaration matches wins).
 - explore (`HARNESS_EXPLORE=N`, `nox -s explore`): N examples from a fresh seed (or
   `HARNESS_EXPLORE_SEED`), and hypothesis shrinks what fails; its exception is raised as hypothesis
   reports it (the shrunk example's own, or a group of distinct ones).
@@ -31,7 +31,7 @@ import zlib
 import hypothesis
 from hypothesis import HealthCheck, Phase
 
-from harness import outcomes
+from harness.core import outcomes
 
 if sys.version_info < (3, 11):  # hypothesis depends on the backport there
     from exceptiongroup import ExceptionGroup

@@ -1,8 +1,8 @@
 """The process that owns the results file (xdist's controller, or pytest's own process): one record
 per case, appended and flushed as each case finishes, including cases whose worker died.
 
-The results file is `<results dir>/<session>.jsonl`; the session is $HARNESS_SESSION (set by
-nox), else a name derived from the running torch.
+The results file is harness.core.paths.results_path of the session: $HARNESS_SESSION (set by nox),
+else the local session the matrix names after the running torch.
 """
 
 from __future__ import annotations
@@ -10,37 +10,27 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import time
 
 import pytest
 
-from harness import junit, records, workerlog
-from harness.caseid import identity_from_nodeid
-from harness.outcomes import OUTCOMES
-
-SESSION_ENV = "HARNESS_SESSION"
+from harness.core import caseid, matrix, outcomes, paths, records, versions
+from harness.core.sessions import SESSION_ENV
+from harness.plugin import junit, workerlog
 
 
-def _harness_data(report) -> dict | None:
-    return next((v for k, v in reversed(report.user_properties) if k == "harness"), None)
-
-
-def session_name(config) -> str:
+def recorded_session(config) -> str:
+    """The session this run records as: --session-name, $HARNESS_SESSION, else a local session."""
     name = config.getoption("session_name") or os.environ.get(SESSION_ENV)
-    if name:
-        return name
-    from importlib.metadata import version
-
-    return "local_torch" + re.sub(r"[^0-9A-Za-z.]+", "_", version("torch"))
+    return name or matrix.local_session_name(versions.installed("torch") or "unknown")
 
 
 def check_session_pins(name: str, gpu: bool = True) -> None:
     """Inside a matrix session, refuse to run (and to touch its results) if the pins drifted
     (`gpu=False`: collecting only, a CUDA session need not see a GPU)."""
-    from harness import envcheck, matrix
+    from harness.core import envcheck
 
     try:
         session = matrix.find(name)
@@ -53,13 +43,12 @@ def check_session_pins(name: str, gpu: bool = True) -> None:
 
 
 class EnvironmentProbe:
-    """`python -m harness.environment SESSION` beside the run: the environment record (it imports
-    torch and runs collect_env, which this process need not wait for)."""
+    """`python -m harness.plugin.environment SESSION` beside the run: the environment record (it
+    imports torch and runs collect_env, which this process need not wait for)."""
 
     def __init__(self, name: str):
-        self.process = subprocess.Popen([sys.executable, "-m", "harness.environment", name],
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                        cwd=pathlib.Path(__file__).resolve().parent.parent)
+        self.process = subprocess.Popen([sys.executable, "-m", "harness.plugin.environment", name],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=paths.ROOT)
         self.record = None
 
     def result(self) -> dict:
@@ -78,7 +67,7 @@ def _exit_status(worker) -> int | None:
         return None
     try:
         return popen.wait(timeout=10)
-    except Exception:
+    except subprocess.TimeoutExpired:  # still dying: the record says it died, without its status
         return None
 
 
@@ -95,10 +84,10 @@ class ResultsRecorder:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session):
-        self.name = session_name(self.config)
+        self.name = recorded_session(self.config)
         check_session_pins(self.name, gpu=not self.config.option.collectonly)
-        directory = self.config.getoption("results_dir") or records.results_dir(self.config.rootpath / "results")
-        self.path = records.results_path(directory, self.name)
+        directory = self.config.getoption("results_dir") or paths.results_dir(self.config.rootpath)
+        self.path = paths.results_path(self.name, directory)
         try:
             records.check_writable(self.path.parent)
         except records.ResultsError as exc:
@@ -127,18 +116,18 @@ class ResultsRecorder:
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem, report, sched):
         """A worker died running `crashitem`: the record says how, from what the worker printed.
-        The scheduler does not hand the case to the next worker (see harness.scheduling)."""
+        The scheduler does not hand the case to the next worker (see harness.plugin.scheduling)."""
         worker = report.node
         noted, output = workerlog.crashed_case(self.worker_dir, worker.gateway.id, crashitem)
-        outcome, message = workerlog.crash_summary(output, _exit_status(worker), crashitem.split("::")[0],
+        outcome, message = outcomes.crash_summary(output, _exit_status(worker), caseid.nodeid_file(crashitem),
                                                    noted.get("time_limit"))
         tail = workerlog.shorten(output)
         if "started" in noted:
             report.duration = time.time() - noted["started"]
-        report.user_properties.append(("harness", {
-            **(noted.get("identity") or identity_from_nodeid(crashitem)), "phase": "crash", "outcome": outcome,
-            "exc_type": None, "message": message, "reference": None, "declared": [], "metrics": noted.get("metrics", {}),
-            "output_tail": tail, "log": str(workerlog.WorkerLog(self.worker_dir, worker.gateway.id).path)}))
+        records.attach_phase(report, records.phase_data(
+            noted.get("identity") or caseid.identity_from_nodeid(crashitem), "crash", outcome, message=message,
+            metrics=noted.get("metrics"), output_tail=tail,
+            log=str(workerlog.WorkerLog(self.worker_dir, worker.gateway.id).path)))
         report.longrepr = f"{message}\n\n{tail}" if tail else message
 
     def _unknown_cases(self) -> list[str]:
@@ -147,7 +136,7 @@ class ResultsRecorder:
         collected = getattr(self, "collected", None)
         if collected is None:
             return []
-        asked = [arg for arg in self.config.args if "::" in arg]
+        asked = [arg for arg in self.config.args if caseid.is_nodeid(arg)]
         return [arg for arg in asked
                 if not any(c == arg or c.startswith((arg + "[", arg + "::")) for c in collected)]
 
@@ -161,7 +150,7 @@ class ResultsRecorder:
                 raise pytest.UsageError(str(exc)) from None
             environment = self.environment.result()
             if self.plan is not None:
-                environment["reuse_keys"] = self.plan["keys"]
+                environment.update(reuse_keys=self.plan["keys"], reuse_sources=self.plan["sources"])
             self.writer.write(environment)
         self.writer.write(record)
 
@@ -171,7 +160,7 @@ class ResultsRecorder:
             self.locations[nodeid] = {"file": location[0], "line": location[1] + 1}
 
     def pytest_runtest_logreport(self, report):
-        data = _harness_data(report)
+        data = records.phase_of(report)
         if data is None:
             return
         self.pending.setdefault(report.nodeid, []).append(data)
@@ -181,7 +170,7 @@ class ResultsRecorder:
 
     def _finish(self, nodeid: str) -> None:
         phases = self.pending.pop(nodeid)
-        worst = max(phases, key=lambda d: OUTCOMES[d["outcome"]].severity)
+        worst = outcomes.worst(phases, outcome=lambda phase: phase["outcome"])
         metrics = {}
         for phase in phases:
             metrics.update(phase.get("metrics") or {})
@@ -204,7 +193,7 @@ class ResultsRecorder:
         for record in carried:  # measured in an earlier run; each says which
             self.counts[record["outcome"]] = self.counts.get(record["outcome"], 0) + 1
             self._write({k: v for k, v in record.items() if k != "schema"})
-        if any(OUTCOMES[r["outcome"]].fails_session for r in carried) and session.exitstatus == pytest.ExitCode.OK:
+        if any(r["outcome"] in outcomes.HARD for r in carried) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a failure stays one when it is carried over
         if self.writer is None:
             return

@@ -11,24 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import importlib
 import os
-import pathlib
 import re
-import resource
 import sys
 import traceback
 
 import pytest
 from _pytest.runner import runtestprotocol
 
-from harness import isolation, outcomes, records
-from harness.caseid import case_identity
-from harness.workerlog import WorkerLog
+from harness.core import limits, outcomes, records
+from harness.core.caseid import case_identity
+from harness.plugin import isolation
+from harness.plugin.warmup import warm_up
+from harness.plugin.workerlog import WorkerLog
 
-CASES = pathlib.Path(__file__).resolve().parent.parent / "cases"
-
-RERUN_ON = {"fail", "error"}
 CASE_RUN = pytest.StashKey["CaseRun"]()
 TIMER_SETTINGS = pytest.StashKey[object]()  # pytest-timeout's settings of a case, for its own process
 
@@ -38,7 +34,7 @@ TIMER_SETTINGS = pytest.StashKey[object]()  # pytest-timeout's settings of a cas
 @pytest.fixture
 def case(request):
     """The running case: `case.check(fn, *inputs)` compares eager and compiled runs."""
-    from harness.casekit import CaseRun
+    from harness.plugin.casekit import CaseRun
 
     run = CaseRun(case_identity(request.node)["params"])
     request.node.stash[CASE_RUN] = run
@@ -73,69 +69,6 @@ def backstop_after(limit: float) -> float:
     return limit + 10 + 0.1 * limit
 
 
-def memory_limit_bytes(spec: str, workers: int) -> int | None:
-    """`--memory-limit`: `N%` of this machine's memory shared by the workers, or a size
-    (`8G`, `512M`) per process; `0` for none."""
-    spec = str(spec).strip().upper()
-    if spec in ("", "0", "NONE"):
-        return None
-    if spec.endswith("%"):
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return int(total * float(spec[:-1]) / 100 / max(workers, 1))
-    units = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
-    if spec[-1] in units:
-        return int(float(spec[:-1]) * units[spec[-1]])
-    return int(spec)
-
-
-def warm_up(forking: bool) -> None:
-    """What the first compile of a process pays once (Dynamo's and inductor's imports, the C++
-    toolchain, Triton where there is a GPU): paid here, before any case's clock starts. A failure
-    here is left for the cases to meet and record.
-
-    `forking`: cases run in children forked from this process (harness.isolation), which must
-    then never have started inductor's compile workers, an OpenMP team, autograd's engine or CUDA:
-    the warm-up compiles for inference only, a kernel too small for OpenMP to start a team, with
-    compile workers off (`torch.set_num_threads` is not called: it makes a pthreadpool that a child
-    then finds broken, and autograd's threads abort on it)."""
-    import torch
-
-    devices = ["cpu"] if forking else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    try:
-        import torch._dynamo
-        import torch._inductor.compile_fx  # noqa: F401
-
-        if forking:
-            torch._inductor.config.compile_threads = 1
-        for device in devices:
-            torch.compile(lambda x: torch.sin(x) + 1, backend="inductor")(torch.ones(8, device=device))
-    except Exception:
-        pass
-    finally:
-        torch._dynamo.reset()
-    for module in case_modules():  # else every forked child imports Lightning anew (about 1 s a case)
-        try:
-            importlib.import_module(module)
-        except Exception:  # not installed on this row: the case's need() skips, as it would have
-            pass
-
-
-def case_modules() -> list[str]:
-    """The modules the cases reach through `need("module.attr")` (Lightning, torch_geometric),
-    read from the case files' sources: imported by the warm-up, once per worker."""
-    import ast
-
-    found = set()
-    for path in sorted(CASES.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "need" and node.args \
-                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-                module = node.args[0].value.rpartition(".")[0]
-                if module and module != "torch" and not module.startswith("torch."):
-                    found.add(module)
-    return sorted(found)
-
-
 def skipped_by_marks(item) -> bool:
     """Whether the case's skip and skipif marks skip it: pytest then skips it before any fixture or
     code of the case runs (its skipping plugin decides first, in setup)."""
@@ -143,7 +76,7 @@ def skipped_by_marks(item) -> bool:
 
     try:
         return evaluate_skip_marks(item) is not None
-    except Exception:  # a condition that raises: let the attempt meet and record it
+    except Exception:  # a condition that raises: the attempt meets it again and records it
         return False
 
 
@@ -199,14 +132,9 @@ class WorkingDirectory:
 
 # --- between attempts -----------------------------------------------------------------------------
 
-def _harness_data(report) -> dict | None:
-    return next((v for k, v in reversed(report.user_properties) if k == "harness"), None)
-
-
-def _outcome_of(reports) -> dict:
+def _outcome_of(reports) -> records.PhaseData:
     """The most severe phase of one attempt, as the record will show it."""
-    return max((d for d in map(_harness_data, reports) if d is not None),
-               key=lambda d: outcomes.OUTCOMES[d["outcome"]].severity)
+    return outcomes.worst([d for d in map(records.phase_of, reports) if d is not None], outcome=lambda d: d["outcome"])
 
 
 def reset_fixtures(item) -> None:
@@ -230,21 +158,22 @@ def log_as_rerun(item, reports) -> None:
     for report in reports:
         if report.failed:
             report.outcome = "rerun"
-            report.user_properties = [(k, v) for k, v in report.user_properties if k != "harness"]
+            report.user_properties = [(k, v) for k, v in report.user_properties if k != records.PHASE_PROPERTY]
             item.ihook.pytest_runtest_logreport(report=report)
 
 
 # --- classification ---------------------------------------------------------------------------
 
-def classify(item, call, report) -> dict:
+def classify_phase(item, call, report) -> records.PhaseData:
     """The outcome of one phase of a case, set on pytest's report too (a known bug or a
     documented limitation shows as xfailed, a fixed bug as xpassed). `reference` is the one
     declaration the run met; `declared`, what the case declares for this torch."""
     import torch
 
     declared = outcomes.declared_for(item, torch.__version__)
-    data = {"phase": report.when, "reference": None, "declared": [e.as_record() for e in declared],
-            "exc_type": None, "message": None}
+    run = item.stash.get(CASE_RUN, None)
+    data = records.phase_data(case_identity(item), report.when, "error", declared=[e.as_record() for e in declared],
+                              metrics=run.metrics if run is not None else {})
     if report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         data.update(outcome="skip", message=reason.removeprefix("Skipped: "))
@@ -260,14 +189,14 @@ def classify(item, call, report) -> dict:
     if exc is None:
         data["outcome"] = "error"
         return data
-    data.update(exc_type=outcomes.qualname(type(exc)), message=outcomes.first_line(exc))
+    data.update(exc_type=outcomes.qualname(type(exc)), message=outcomes.message_line(exc))
     if outcomes.is_instance_named(exc, "Failed") and data["message"].startswith("Timeout"):
         data["outcome"] = "timeout"  # pytest-timeout's signal method interrupted the case
         return data
     if outcomes.out_of_memory(exc):
         data.update(outcome="crash", message=f"out of memory: {data['message']}")
         return data
-    if report.when != "call" or outcomes.is_instance_named(exc, "harness.casekit.HarnessError"):
+    if report.when != "call" or outcomes.is_instance_named(exc, "harness.plugin.casekit.HarnessError"):
         data["outcome"] = "error"
         return data
     outcome, ref = outcomes.classify_exception(exc, declared)
@@ -290,7 +219,7 @@ class CaseRunner:
             workers = int(workerinput.get("workercount", 1))
             directory = workerinput.get("harness_worker_dir")
         self.log = WorkerLog(directory, workerinput["workerid"]) if directory else None
-        self.memory = memory_limit_bytes(config.getoption("memory_limit"), workers)
+        self.memory = limits.memory_limit_bytes(config.getoption("memory_limit"), workers)
         self.previous_memory_limit = None
         self.state = None
         self.isolation = config.getoption("isolation")
@@ -302,18 +231,14 @@ class CaseRunner:
     def pytest_sessionstart(self, session):
         if self.log is not None:
             self.log.capture()
-        if self.memory is not None:
-            soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-            self.previous_memory_limit = (soft, hard)
-            limit = self.memory if hard == resource.RLIM_INFINITY else min(self.memory, hard)
-            resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+        self.previous_memory_limit = limits.limit_memory(self.memory)
         if self.forking:
             os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # is_available() must not touch CUDA here
         # Made here, once: a forked child that made it first would make it anew, deleting what every
         # earlier case left there (with xdist the base is given, and pytest clears a given one).
         self.config._tmp_path_factory.getbasetemp()
         warm_up(self.forking)
-        from harness.torchstate import TorchState
+        from harness.plugin.torchstate import TorchState
 
         self.state = TorchState()
         if self.forking:
@@ -330,8 +255,7 @@ class CaseRunner:
             import gc
 
             gc.unfreeze()  # what was frozen for the children is this process's to collect again
-        if self.previous_memory_limit is not None:  # pytester runs cases inside the test process
-            resource.setrlimit(resource.RLIMIT_DATA, self.previous_memory_limit)
+        limits.restore_memory_limit(self.previous_memory_limit)  # pytester runs cases inside the test process
 
     # pytest-timeout arms its timer around the protocol, in this process; with forked cases it is
     # armed in the case's own process instead (where a hang happens), by pytest-timeout itself.
@@ -365,7 +289,7 @@ class CaseRunner:
         with self.time_backstop(item), WorkingDirectory(item) as workdir:
             reports = runtestprotocol(item, nextitem=nextitem, log=False)
         for report in reports:
-            data = _harness_data(report)
+            data = records.phase_of(report)
             if data is None:
                 continue
             if workdir.kept is not None:
@@ -378,7 +302,7 @@ class CaseRunner:
         return reports, self.state.restore()
 
     def attempt_forked(self, item) -> tuple[list, list[str]]:
-        """One attempt in a child of this process (harness.isolation); its whole fixture stack is
+        """One attempt in a child of this process (harness.plugin.isolation); its whole fixture stack is
         set up and torn down there."""
         def in_child():
             self.in_child = True
@@ -408,13 +332,13 @@ class CaseRunner:
             leaked += [thing for thing in left if thing not in leaked]
             final = _outcome_of(reports)
             attempts.append({k: final[k] for k in ("outcome", "exc_type", "message")})
-            if final["outcome"] not in RERUN_ON or len(attempts) > reruns:
+            if final["outcome"] not in outcomes.RETRIED or len(attempts) > reruns:
                 break
             log_as_rerun(item, reports)
             if not self.forking:
                 reset_fixtures(item)
         for report in reports:
-            data = _harness_data(report)
+            data = records.phase_of(report)
             if data is not None and len(attempts) > 1:
                 data["attempts"] = attempts
                 if len({a["outcome"] for a in attempts}) > 1:
@@ -432,10 +356,7 @@ class CaseRunner:
             traceback.clear_frames(call.excinfo.tb)
         result = yield
         report = result.get_result()
-        data = classify(item, call, report)
-        data.update(case_identity(item))
-        run = item.stash.get(CASE_RUN, None)
-        data["metrics"] = dict(run.metrics) if run is not None else {}
-        report.user_properties.append(("harness", data))
+        data = classify_phase(item, call, report)
+        records.attach_phase(report, data)
         if self.log is not None and data["metrics"]:
             self.log.phase_done(data["metrics"])

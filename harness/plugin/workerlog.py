@@ -3,7 +3,8 @@ or the worker itself).
 
 A worker sends its fd 1 and 2, and faulthandler's reports, to `<dir>/<worker>.log`, and notes each
 case it starts there and in `<dir>/<worker>.current`. When xdist reports the worker dead, the
-controller reads what the dead case printed and picks its most telling line.
+controller reads what the dead case printed, and harness.core.outcomes.crash_summary picks its most
+telling line.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import faulthandler
 import json
 import os
 import pathlib
-import re
-import signal
 import time
 
 START_MARK = "=== harness: start "
@@ -87,59 +86,3 @@ def shorten(output: str, head: int = 1500, tail: int = 2500) -> str:
     lines = [line for line in output.splitlines() if not line.startswith("Extension modules:")]
     text = "\n".join(lines)
     return text if len(text) <= head + tail else f"{text[:head]}\n[...]\n{text[-tail:]}"
-
-
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
-
-
-def _innermost_case_frame(lines: list[str], case_file: str | None) -> str | None:
-    """`file:line in function` of the innermost frame in the case's own file, from a stack dump
-    (pytest-timeout prints most recent call last, faulthandler most recent first)."""
-    if not case_file:
-        return None
-    frames = [m for m in map(_FRAME.search, lines) if m and m["file"].endswith(case_file)]
-    if not frames:
-        return None
-    newest_first = any(line.endswith("(most recent call first):") for line in lines)
-    frame = frames[0] if newest_first else frames[-1]
-    return f"{pathlib.PurePath(frame['file']).name}:{frame['line']} in {frame['func']}"
-
-
-def _signal_name(status: int | None) -> str | None:
-    if status is None or status >= 0:
-        return None
-    try:
-        return signal.Signals(-status).name
-    except ValueError:
-        return f"signal {-status}"
-
-
-def crash_summary(output: str, exit_status: int | None = None, case_file: str | None = None,
-                  time_limit: float | None = None) -> tuple[str, str]:
-    """(outcome, message) for a case whose worker died, from what it printed and how it ended:
-    a time-limit report means `timeout`, anything else `crash`."""
-    lines = [line.rstrip() for line in output.splitlines()
-             if line.strip() and not line.startswith("Extension modules:")]
-    where = _innermost_case_frame(lines, case_file)
-    at = f" at {where}" if where else ""
-    limit = f" of {time_limit:g} s" if time_limit else ""
-    for line in lines:
-        banner = re.search(r"\+{3,} (Timeout.*?) \+{3,}", line)
-        if banner:  # pytest-timeout
-            return "timeout", f"ran past its time limit{limit}{at} (pytest-timeout)"
-        backstop = re.search(r"Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!", line)
-        if backstop:  # the runner's faulthandler watchdog: pytest-timeout could not act
-            return "timeout", (f"ran past its time limit{limit}{at} holding the GIL; "
-                               f"ended by faulthandler ({backstop[0]})")
-    fatal = next((line[line.index("Fatal Python error:"):] for line in lines if "Fatal Python error:" in line), None)
-    cause = next((line.strip() for line in lines if line.strip().startswith(("what():", "terminate called"))), None)
-    if fatal:
-        return "crash", fatal + (f" ({cause})" if cause else "") + at
-    killed = _signal_name(exit_status)
-    if killed:
-        last = f"; last output: {lines[-1]}" if lines else ""
-        return "crash", f"killed by {killed}{last}"
-    if lines:
-        status = f" with status {exit_status}" if exit_status else ""
-        return "crash", f"worker exited{status}; last output: {lines[-1]}"
-    return "crash", "worker died without output" + (f" (exit status {exit_status})" if exit_status else "")

@@ -1,8 +1,8 @@
-"""What the regression table says, worked out once for every rendering (harness.report): the
+"""What the regression table says, worked out once for every rendering (harness.report.render): the
 sessions and their grid, what fails on the newest torch grouped by bug, the known bugs grouped by
 the reference each case matched, regressions and fixes per version step, the other environments of
-a row. Records are read through harness.records; a session's line, row and label come from the
-identity its environment record carries (harness.matrix), never from its name.
+a row. Records are read through harness.core.records; a session's line, row and label come from the
+identity its environment record carries (harness.core.matrix), never from its name.
 """
 
 from __future__ import annotations
@@ -11,18 +11,17 @@ import dataclasses
 import pathlib
 import re
 
-from harness import records
-from harness.outcomes import FAILING, OUTCOMES, PASSING
+from harness.core import caseid, paths, records, versions
+from harness.core.errors import BadInput
+from harness.core.outcomes import FAILING, HARD, OUTCOMES, PASSING, REFERENCED, upstream_link
 
 NOT_RUN = "not run"  # a cell without a record: the session stopped early or lacks the case
-HARD = tuple(name for name, o in OUTCOMES.items() if o.fails_session)  # fail, error, timeout, crash
-DECLARED = records.DECLARED_KINDS
 NO_DEVICE = "no CUDA device"  # how a case that needs a GPU says it skipped (cases/conftest.py)
 BACKENDS = ("eager", "aot_eager", "inductor")
 CELL_KEYS = ("outcome", "exc_type", "message", "reference", "declared", "metrics", "duration")
 
 
-class ReportError(Exception):
+class ReportError(BadInput):
     """Bad input to the report; the message names the file (and line)."""
 
 
@@ -44,7 +43,7 @@ class SessionResult:
     plain = property(lambda self: self.identity["plain"])
     lightning_of = property(lambda self: self.identity.get("lightning_of"))  # the Lightning axis (schema 2 may lack it)
     torch = property(lambda self: self.environment.get("torch") or "?")
-    version = property(lambda self: records.torch_version(self.environment.get("torch")))
+    version = property(lambda self: versions.torch_version(self.environment.get("torch")))
     complete = property(lambda self: self.end is not None)
 
     def sort_key(self):
@@ -76,29 +75,18 @@ def load_dirs(directories) -> list[SessionResult]:
     for directory in map(pathlib.Path, directories):
         if not directory.is_dir():
             raise ReportError(f"{directory}: not a directory of results")
-        for path in records.results_files(directory):
+        for path in paths.results_files(directory):
             result = load_session(path)
             if result.name in sessions:
                 raise ReportError(f"{path}: session {result.name} also in {sessions[result.name].path}")
             sessions[result.name] = result
     if not sessions:
-        raise ReportError(f"no results files (*{records.SUFFIX}) in {', '.join(map(str, directories))}")
+        raise ReportError(f"no results files (*{paths.RESULTS_SUFFIX}) in {', '.join(map(str, directories))}")
     return sorted(sessions.values(), key=SessionResult.sort_key)
 
 
-def upstream_link(ref: str | None) -> str:
-    """'owner/repo#123' -> its GitHub issue or pull request; 'owner/repo:path' -> the file on the
-    default branch; a URL (a documentation page) as it is."""
-    match = re.fullmatch(r"([\w.-]+/[\w.-]+)#(\d+)", ref or "")
-    if match:
-        return f"https://github.com/{match[1]}/issues/{match[2]}"
-    match = re.fullmatch(r"([\w.-]+/[\w.-]+):([\w./-]+)", ref or "")
-    if match:
-        return f"https://github.com/{match[1]}/blob/HEAD/{match[2]}"
-    return ref if re.match(r"https?://", ref or "") else ""
-
-
-def first_line(text: str | None, limit: int = 300) -> str:
+def opening_line(text: str | None, limit: int = 300) -> str:
+    """The first line of a text, cut to `limit` characters."""
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
@@ -111,18 +99,18 @@ NORMALISE = [(re.compile(r"0x[0-9a-fA-F]+"), "0x…"), (re.compile(r"(?:<\w+>)?(
 def bug_signature(record: dict) -> str:
     """The exception type and its first line with numbers, addresses and paths taken out: two
     cases with one signature fail the same way."""
-    message = first_line(record.get("message"), 10_000)
+    message = opening_line(record.get("message"), 10_000)
     for pattern, replacement in NORMALISE:
         message = pattern.sub(replacement, message)
     exc_type = (record.get("exc_type") or record["outcome"]).rsplit(".", 1)[-1]
-    return f"{exc_type}: {first_line(message, 160)}" if message else exc_type
+    return f"{exc_type}: {opening_line(message, 160)}" if message else exc_type
 
 
 def case_order(case_id: str, record: dict):
     """Rows: family, variant, the shared parameters (device, dtype, backend, fullgraph), the id."""
     params = record.get("params") or {}
     backend = params.get("backend")
-    return (record.get("family") or "", params.get("variant") or case_id.split("[")[0], str(params.get("device") or ""),
+    return (record.get("family") or "", params.get("variant") or caseid.parse(case_id).variant, str(params.get("device") or ""),
             str(params.get("dtype") or ""), BACKENDS.index(backend) if backend in BACKENDS else len(BACKENDS),
             str(backend or ""), str(params.get("fullgraph")), case_id)
 
@@ -173,11 +161,11 @@ def failing_groups(sessions: list[SessionResult], case_ids: list[str]) -> list[d
             group = groups.setdefault((line, signature), {
                 "line": line, "signature": signature, "session": newest.name, "torch": newest.torch,
                 "outcome": record["outcome"], "exc_type": record.get("exc_type"),
-                "message": first_line(record.get("message")), "cases": [], "versions": [],
+                "message": opening_line(record.get("message")), "cases": [], "versions": [],
                 "declared": [], **commands(case, newest.name)})
             group["cases"].append({"case": case, "outcome": record["outcome"],
                                    "since": stable_since(history).torch, "versions": same})
-            group["versions"] = sorted(set(group["versions"]) | set(same), key=records.torch_version)
+            group["versions"] = sorted(set(group["versions"]) | set(same), key=versions.torch_version)
             for declaration in record.get("declared") or []:
                 if declaration not in group["declared"]:
                     group["declared"].append(declaration)
@@ -191,19 +179,19 @@ def known_groups(sessions: list[SessionResult], case_ids: list[str]) -> list[dic
     for line, members in version_lines(sessions).items():
         for case in case_ids:
             history = ran(members, case)
-            if not history or history[-1][1]["outcome"] not in (*DECLARED, "fixed"):
+            if not history or history[-1][1]["outcome"] not in REFERENCED:
                 continue
             session, record = history[-1]
             ref = record.get("reference") or ""
             group = groups.setdefault(ref, {"ref": ref, "link": upstream_link(ref), "kinds": set(), "cases": []})
             group["kinds"].add(record["outcome"])
             group["cases"].append({"case": case, "line": line, "session": session.name, "outcome": record["outcome"],
-                                   "since": stable_since(history).torch, "message": first_line(record.get("message"))})
+                                   "since": stable_since(history).torch, "message": opening_line(record.get("message"))})
     for group in groups.values():
-        group["kind"] = next(k for k in ("known", "limitation", "fixed") if k in group["kinds"])
+        group["kind"] = next(k for k in REFERENCED if k in group["kinds"])
         group["kinds"] = sorted(group["kinds"], key=lambda k: OUTCOMES[k].severity)
         group["count"] = len({c["case"] for c in group["cases"]})
-    kinds = (*DECLARED, "fixed")  # still failing as declared first, then the bugs no longer reproducing
+    kinds = REFERENCED  # still failing as declared first, then the bugs no longer reproducing
     return sorted(groups.values(), key=lambda g: (kinds.index(g["kind"]), -g["count"], g["ref"] == "", g["ref"].lower()))
 
 
@@ -225,7 +213,7 @@ def transitions(sessions: list[SessionResult], case_ids: list[str]) -> list[dict
                 kind = ("regressions" if old["outcome"] in PASSING and new["outcome"] in FAILING else
                         "fixes" if old["outcome"] in FAILING and new["outcome"] in PASSING else "other")
                 step[kind].append({"case": case, "from": old["outcome"], "to": new["outcome"],
-                                   "message": first_line(new.get("message") or old.get("message"))})
+                                   "message": opening_line(new.get("message") or old.get("message"))})
         steps += by_step.values()
     order = list(version_lines(sessions))
     steps.sort(key=lambda s: s.pop("version"), reverse=True)  # newest step first, then by line
@@ -247,7 +235,7 @@ def other_environments(sessions: list[SessionResult], case_ids: list[str]) -> li
                 ours, theirs = session.cases[case], plain.cases[case]
                 if ours["outcome"] != theirs["outcome"]:
                     entry["differences"].append({"case": case, "plain_outcome": theirs["outcome"],
-                                                 "outcome": ours["outcome"], "message": first_line(ours.get("message"))})
+                                                 "outcome": ours["outcome"], "message": opening_line(ours.get("message"))})
         found.append(entry)
     return found
 
@@ -275,9 +263,9 @@ def lightning_differences(sessions: list[SessionResult], case_ids: list[str]) ->
             signature = bug_signature(telling)
             group = groups.setdefault(signature, {"signature": signature, "cases": [],
                                                   "bisect": f"nox -s bisect -- '{case}' --along lightning "
-                                                            f"--torch {records.torch_version(newest.torch)}"})
+                                                            f"--torch {versions.torch_version(newest.torch)}"})
             group["cases"].append({"case": case, "era_outcome": old["outcome"], "outcome": new["outcome"],
-                                   "message": first_line(telling.get("message"))})
+                                   "message": opening_line(telling.get("message"))})
         for group in groups.values():
             group["changes"] = list(dict.fromkeys(f"{c['era_outcome']} → {c['outcome']}" for c in group["cases"]))
         entry["groups"] = sorted(groups.values(), key=lambda g: (-len(g["cases"]), g["signature"]))

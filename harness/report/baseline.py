@@ -4,8 +4,8 @@ complete results file."""
 
 from __future__ import annotations
 
-from harness.analysis import DECLARED, HARD, NOT_RUN, SessionResult, first_line
-from harness.outcomes import FAILING, PASSING
+from harness.core.outcomes import DECLARED, FAILING, HARD, PASSING
+from harness.report.analysis import NOT_RUN, SessionResult, opening_line
 
 COMPARISONS = ("regressed", "newly failing", "fixed", "new", "removed", "still failing", "flaky")
 COMPARISON_MEANING = {
@@ -65,7 +65,7 @@ def compare(current: list[SessionResult], baseline: list[SessionResult]) -> dict
             if found:
                 record = session.cases.get(case) or {}
                 rows.append({"session": session.name, "case": case, "status": found, "baseline": then, "now": now,
-                             "message": first_line(record.get("message")), "location": record.get("location")})
+                             "message": opening_line(record.get("message")), "location": record.get("location")})
     for row in rows:
         row["worse"] = worse(row)
     order = {name: i for i, name in enumerate(COMPARISONS)}
@@ -86,7 +86,7 @@ def worse(row: dict) -> bool:
 def describe(row: dict) -> str:
     what = {"regressed": "regressed", "new": "new case fails",
             "newly failing": "fails, skipped or flaky in the baseline"}[row["status"]]
-    message = first_line(row["message"], 200)
+    message = opening_line(row["message"], 200)
     change = row["now"] if row["status"] == "new" else f"{row['baseline']} -> {row['now']}"
     return f"{row['session']}: {row['case']}: {what}: {change}" + (f" ({message})" if message else "")
 

@@ -1,6 +1,6 @@
-"""The regression table: `python -m harness report` merges results files (harness.analysis works
-out what they say) and renders REPORT.md and report.html from the same sections through Jinja2
-templates (harness/templates), beside report.json (the data both are rendered from).
+"""The regression table: `python -m harness report` merges results files (harness.report.analysis
+works out what they say) and renders REPORT.md and report.html from the same sections through Jinja2
+templates (harness/report/templates), beside report.json (the data both are rendered from).
 
 Both open newest first on what a maintainer comes for: what fails on the newest torch, grouped by
 bug, with the commands that reproduce and bisect it; the known bugs by the reference each case
@@ -15,9 +15,10 @@ import pathlib
 
 import jinja2
 
-from harness import analysis, baseline as against, records
-from harness.analysis import NOT_RUN, ReportError, upstream_link  # noqa: F401  (the report's errors and links)
-from harness.outcomes import OUTCOMES
+from harness.core import records, versions
+from harness.core.outcomes import OUTCOMES, upstream_link
+from harness.report import analysis, baseline as against
+from harness.report.analysis import NOT_RUN
 
 TEMPLATES = pathlib.Path(__file__).with_name("templates")
 SYMBOLS = {**{name: o.symbol for name, o in OUTCOMES.items()}, NOT_RUN: "·"}
@@ -77,8 +78,8 @@ def _plural(n: int, word: str, plural: str | None = None) -> str:
 def summary_parts(data: dict) -> list[str]:
     """The report's opening paragraph, a sentence each, plain text; it counts cases, never results."""
     sessions = data["sessions"]
-    versions = sorted({s["torch"] for s in sessions}, key=records.torch_version)
-    shown = [str(records.torch_version(v)) for v in versions]
+    torches = sorted({s["torch"] for s in sessions}, key=versions.torch_version)
+    shown = [str(versions.torch_version(v)) for v in torches]
     span = f"torch {shown[0]}" if len(shown) == 1 else f"torch {shown[0]} to {shown[-1]}"
     labelled = [s["name"] for s in sessions if s["label"] and not s["lightning_of"]]
     axis = [s for s in sessions if s["lightning_of"]]
@@ -136,7 +137,7 @@ def _environment(autoescape: bool) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=autoescape,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
-    env.filters.update(v=lambda text: str(records.torch_version(text)), md=_md, md_ref=_md_ref, clip=_clip, names=_names, link=upstream_link, plural=_plural)
+    env.filters.update(v=lambda text: str(versions.torch_version(text)), md=_md, md_ref=_md_ref, clip=_clip, names=_names, link=upstream_link, plural=_plural)
     env.globals.update(symbols=SYMBOLS, cell_text=CELL_TEXT, meaning=MEANING, sections=dict(SECTIONS),
                        absent_symbol=ABSENT_SYMBOL, absent_text=ABSENT_TEXT, reused_mark=REUSED_MARK,
                        outcomes=list(OUTCOMES), not_run=NOT_RUN)

@@ -1,7 +1,7 @@
 """Where a case's outcome changes across torch versions: `python -m harness bisect CASE_ID`.
 
 The case runs in the venv of a torch row's session as the matrix runs it (the session's own pytest
-command, harness.sessions, on the case's node id) and its outcome is read from the results file.
+command, harness.core.sessions, on the case's node id) and its outcome is read from the results file.
 Over N rows it runs the oldest and the newest, then halves the range between two versions whose
 outcomes differ: about log2(N)+1 runs where the outcome changes once. A row's venv is built only
 when the bisection needs that row (a built one near the middle is taken instead when there is one;
@@ -16,7 +16,8 @@ once with the row's install steps, whose Lightning is switched to each release i
 bisection along Lightning builds at most one environment.
 `--env VERSION=PYTHON` (repeatable) bisects over given interpreters instead of the matrix's rows.
 `--script SCRIPT` bisects a plain script instead of a case, classified as `sweep` classifies it
-(harness.scriptrun: exit 0 pass, 125 skip, anything else fail).
+(harness.tools.scriptrun: exit 0 pass, 125 skip, anything else fail). The versions come from
+harness.tools.targets, which sweep shares.
 Exit status: 0 when the case ran on at least one version, 1 when on none, 2 for an unknown case id
 (the closest are listed), session or version range.
 """
@@ -24,26 +25,13 @@ Exit status: 0 when the case ran on at least one version, 1 when on none, 2 for 
 from __future__ import annotations
 
 import dataclasses
-import pathlib
-import re
 import subprocess
 import sys
 import tempfile
 
-from harness import matrix, records, repro, sessions
-
-
-@dataclasses.dataclass
-class Target:
-    version: str  # torch version of the row (or the --env label; along Lightning, the Lightning release)
-    session: str  # the matrix session, or bisect-<label>
-    python: pathlib.Path | None
-    spec: matrix.Session | None = None  # None for --env
-    outside: bool = False  # an environment outside the table (along Lightning): built from `spec`, not by nox
-
-    @property
-    def built(self) -> bool:
-        return self.python is not None and self.python.exists()
+from harness.core import matrix, paths, records, sessions
+from harness.tools.repro import collector
+from harness.tools.targets import Target, environment, run_script, span, targets_of
 
 
 @dataclasses.dataclass
@@ -53,117 +41,19 @@ class Result:
     message: str = ""
 
 
-def version_key(text: str) -> tuple:
-    """'2.4.1' -> (2, 4, 1); a local or pre-release part is ignored ('2.15.0+cu132')."""
-    release = records.torch_version(text).release
-    if release == (0,):
-        raise ValueError(f"not a version: {text!r}")
-    return release
-
-
-def in_range(version: str, first: str | None, last: str | None) -> bool:
-    """`version` between `first` and `last`, each compared on as many parts as it gives
-    (--from 2.4 includes 2.4.1; --to 2.5 includes 2.5.1)."""
-    key = version_key(version)
-    if first and key[:len(version_key(first))] < version_key(first):
-        return False
-    return not (last and key[:len(version_key(last))] > version_key(last))
-
-
-def plan(first=None, last=None, device="cpu", envs=(), envdir=None) -> list[Target]:
-    """The versions in range, oldest first: one session per torch row (the plain row; on CUDA the
-    registry's wheel where there is one), or the given interpreters."""
-    if envs:
-        targets = []
-        for entry in envs:
-            label, sep, python = entry.partition("=")
-            if not sep or not label or not python:
-                raise ValueError(f"--env wants VERSION=PYTHON, got {entry!r}")
-            targets.append(Target(label, f"bisect-{re.sub(r'[^0-9A-Za-z.]+', '_', label)}",
-                                  pathlib.Path(python).expanduser()))
-        return sorted((t for t in targets if in_range(t.version, first, last)), key=lambda t: version_key(t.version))
-    chosen: dict[str, matrix.Session] = {}
-    for spec in matrix.load():
-        if spec.device != device or spec.nightly or spec.label or not in_range(spec.torch, first, last):
-            continue
-        if spec.torch not in chosen or (chosen[spec.torch].index and not spec.index):
-            chosen[spec.torch] = spec
-    targets = [Target(s.torch, s.name, sessions.venv_python(s.name, envdir), s)
-               for s in sorted(chosen.values(), key=lambda s: version_key(s.torch))]
-    if not targets:
-        raise ValueError(f"no {device} row of the matrix has a torch between {first or 'the oldest'} and "
-                         f"{last or 'the newest'}")
-    return targets
-
-
-def row_of(torch: str, device: str = "cpu") -> matrix.Session:
-    """The plain session of the one torch row that `torch` names (2.5 names 2.5.1)."""
-    rows = [s for s in matrix.load() if s.device == device and not (s.nightly or s.label or s.index)
-            and in_range(s.torch, torch, torch)]
-    if not rows:
-        raise ValueError(f"--torch {torch} names no {device} row of the matrix")
-    if len(rows) > 1:
-        raise ValueError(f"--torch {torch} names several {device} rows of the matrix: {', '.join(s.torch for s in rows)}")
-    return rows[0]
-
-
-def plan_lightning(torch: str | None, first=None, last=None, device="cpu", envdir=None) -> list[Target]:
-    """Along Lightning at the row `torch` names: the releases from `first` (default: the row's era
-    Lightning) to `last` (default: the newest that supports its torch) that the registry lists and
-    whose own metadata admits the row's torch and Python, oldest first."""
-    from harness import lightning
-
-    if not torch:
-        raise ValueError("--along lightning needs --torch VERSION (the row to hold fixed)")
-    era = row_of(torch, device)
-    axis = {s.lightning: s for s in matrix.load() if s.lightning_of == era.name}
-    first, last = first or era.lightning, last or next(iter(axis), era.lightning)
-    releases = lightning.candidates(era.torch, era.python, first, last, era.extra)
-    if not releases:
-        raise ValueError(f"no Lightning release from {first} to {last} supports torch {era.torch} on Python "
-                         f"{era.python}")
-    shared = sessions.lightning_venv(era, envdir) / "bin" / "python"
-    targets = []
-    for release in releases:
-        session = era if release == era.lightning else axis.get(release)
-        python = sessions.venv_python(session.name, envdir) if session else None
-        outside = python is None or not python.exists()  # runs in the row's one venv along Lightning
-        if session is None:  # the row's pins with this Lightning
-            session = dataclasses.replace(era, name=f"{era.name}_lightning{release.replace('.', '_')}",
-                                          lightning=release, label=None)
-        # the case's own node id runs, whatever the session selects
-        targets.append(Target(release, session.name, shared if outside else python,
-                              dataclasses.replace(session, lightning_of=None, label=None), outside))
-    return targets
-
-
-def environment(target: Target, envdir, build: bool) -> tuple[pathlib.Path | None, bool]:
-    """(the python `target` runs in, ready, or None where --no-build leaves it unbuilt; whether it was
-    built now). Along Lightning, a release without a built session venv runs in the row's one venv,
-    its Lightning switched to the release's (harness.sessions.with_lightning)."""
-    if target.outside:
-        if not target.python.exists() and not build:
-            return None, False
-        return sessions.with_lightning(target.spec, target.python.parent.parent)
-    if target.built:
-        return target.python, False
-    python = sessions.ensure_venv(target.session, envdir, build=build)
-    return python, python is not None
-
-
 def run_case(target: Target, nodeid: str, case_id: str) -> Result:
     """The case in the target's interpreter with the session's own pytest command."""
     spec = target.spec or next(s for s in reversed(matrix.load()) if s.device == "cpu" and not s.nightly)
     with tempfile.TemporaryDirectory(prefix="harness-bisect-") as tmp:
         command = [str(target.python), *sessions.pytest_args(
             spec, [nodeid, "-q", "-p", "no:cacheprovider", "--results-dir", tmp, "--session-name", target.session])]
-        env = repro.clean_env(**(sessions.compile_cache_env(target.python.parent.parent) if target.spec else {}))
+        env = sessions.clean_env(**(sessions.compile_cache_env(target.python.parent.parent) if target.spec else {}))
         try:
-            done = subprocess.run(command, cwd=sessions.ROOT, env=env, capture_output=True, text=True,
+            done = subprocess.run(command, cwd=paths.ROOT, env=env, capture_output=True, text=True,
                                   errors="replace", timeout=spec.case_timeout + 600)
         except subprocess.TimeoutExpired:
             return Result(target, "timeout", "no result in time")
-        _, record = records.find_case(records.results_path(tmp, target.session), case_id)
+        _, record = records.find_case(paths.results_path(target.session, tmp), case_id)
     if record is None:
         tail = " | ".join(line for line in (done.stdout + done.stderr).splitlines() if line.strip())[-300:]
         return Result(target, "error", f"pytest exit {done.returncode}, no record: {tail}")
@@ -194,14 +84,12 @@ class Bisection:
         if built:
             self.built.append(target.version)
         if self.script is not None:
-            from harness import sweep
-
-            run = sweep.run_target(target, self.script, self.timeout, None)
+            run = run_script(target, self.script, self.timeout, None)
             result = self.results[index] = Result(target, run.outcome, f"{run.exit}: {run.message}" if run.message
                                                   else run.exit)
         else:
             if self.nodeid is None:  # the case's node id, from the first environment that runs
-                self.nodeid = repro.collect(target.python, [self.case_id])["cases"][self.case_id]["nodeid"]
+                self.nodeid = collector.collect(target.python, [self.case_id])["cases"][self.case_id]["nodeid"]
             result = self.results[index] = run_case(target, self.nodeid, self.case_id)
         print(f"{self.axis} {target.version:<8} {target.session:<16} {result.outcome:<10} {result.message[:140]}".rstrip(),
               flush=True)
@@ -236,23 +124,6 @@ class Bisection:
             self.run(index)
             pending[:0] = [(a, b) for a, b in ((low, index), (index, high))
                            if self.results[a].outcome != self.results[b].outcome]
-
-
-def targets_of(args) -> list[Target]:
-    """The versions `args` asks for: torch rows, given interpreters, or Lightning releases at a row."""
-    if args.along == "lightning":
-        if getattr(args, "env", None):
-            raise ValueError("--env bisects over interpreters, not along lightning")
-        return plan_lightning(args.torch, args.first, args.last, args.device, args.envdir)
-    if args.torch:
-        raise ValueError("--torch holds a row fixed along lightning: add --along lightning")
-    return plan(args.first, args.last, args.device, getattr(args, "env", ()), args.envdir)
-
-
-def span(args, targets: list[Target]) -> str:
-    """What a run goes across: 'torch 2.1.2 to 2.15.0', or 'lightning 2.4.0 to 2.6.6 at torch 2.5.1'."""
-    fixed = f" at torch {targets[0].spec.torch}" if args.along == "lightning" else ""
-    return f"{args.along} {targets[0].version} to {targets[-1].version}{fixed}, {len(targets)} version(s)"
 
 
 def command(args) -> int:

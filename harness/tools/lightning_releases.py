@@ -3,7 +3,7 @@ which of them support a torch row, and the newest that does.
 
     python -m harness lightning-newest [--write]
 
-resolves, for every [[torch]] row of harness/matrix.toml, the newest Lightning that installs with
+resolves, for every [[torch]] row of harness/core/matrix.toml, the newest Lightning that installs with
 the row's torch pin, Python and extra pins (uv's resolver reads each release's own metadata:
 Requires-Dist and Requires-Python), prints it beside the recorded `lightning_newest`, and with
 --write records it in the table. Sessions read the table only: `nox -l` never asks the registry.
@@ -21,15 +21,13 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 
-from packaging.version import InvalidVersion, Version
-
-from harness import matrix
+from harness.core import matrix, records, versions
+from harness.core.venvs import uv
 
 JSON_API_ENV = "HARNESS_PYPI_JSON"  # the registry's JSON API (a mirror that serves it)
 JSON_API = "https://pypi.org/pypi"
@@ -37,19 +35,6 @@ JSON_API = "https://pypi.org/pypi"
 
 class RegistryError(OSError):
     """The registry cannot be asked (unreachable, or no answer that parses)."""
-
-
-@functools.lru_cache(maxsize=None)
-def uv() -> str:
-    try:
-        import uv as uv_package
-
-        return uv_package.find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        found = shutil.which("uv")
-        if not found:
-            raise RegistryError("uv is not installed here: `python -m pip install uv`") from None
-        return found
 
 
 def _resolve(torch: str, python: str, lightning: str, extra=()) -> str:
@@ -134,15 +119,12 @@ def _json(path: str) -> dict:
         raise RegistryError(f"cannot read {url}: {getattr(exc, 'reason', exc)}") from None
 
 
-def releases(package: str = "lightning") -> list[Version]:
-    """The package's final releases with at least one file not yanked, oldest first."""
+def releases(package: str = "lightning") -> list:
+    """The package's final releases (packaging's versions) with at least one file not yanked, oldest first."""
     found = []
     for text, files in _json(package).get("releases", {}).items():
-        try:
-            version = Version(text)
-        except InvalidVersion:
-            continue
-        if not (version.is_prerelease or version.is_devrelease) and any(not f.get("yanked") for f in files):
+        version = versions.final_release(text)
+        if version is not None and any(not f.get("yanked") for f in files):
             found.append(version)
     return sorted(found)
 
@@ -153,13 +135,8 @@ def candidates(torch: str, python: str, first: str | None, last: str | None, ext
     resolver reads each release's metadata; a few at a time, each waits on the registry)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def part(version: Version, bound: str) -> tuple:
-        return version.release[:len(Version(bound).release)]
-
     both = set(releases("pytorch-lightning"))
-    chosen = [v for v in releases("lightning") if v in both
-              and not (first and part(v, first) < Version(first).release)
-              and not (last and part(v, last) > Version(last).release)]
+    chosen = [v for v in releases("lightning") if v in both and versions.in_range(str(v), first, last)]
     uv()  # found once, before the threads ask for it
     with ThreadPoolExecutor(max_workers=4) as pool:
         fits = list(pool.map(lambda v: supports(str(v), torch, python, extra), chosen))
@@ -167,7 +144,7 @@ def candidates(torch: str, python: str, first: str | None, last: str | None, ext
 
 
 def command(args) -> int:
-    path = pathlib.Path(args.matrix)
+    path = pathlib.Path(args.matrix) if args.matrix else matrix.MATRIX_FILE
     resolved = resolve_table(path)
     differ = [row for row in resolved if row["recorded"] != row["resolved"]]
     for row in resolved:
@@ -175,8 +152,6 @@ def command(args) -> int:
         note = "" if row["recorded"] == row["resolved"] else f"  (recorded: {row['recorded'] or 'none'})"
         print(f"{where:<24} era Lightning {row['era']:<8} newest supporting it {row['resolved']}{note}")
     if args.write and differ:
-        from harness import records
-
         records.write_atomically(path, write_table(path, resolved))
         print(f"wrote lightning_newest of {len(differ)} row(s) into {path}")
         return 0

@@ -14,22 +14,22 @@ import os
 import pathlib
 import sys
 
-from harness import matrix, records, repro, sessions
-
-
-def default_results() -> pathlib.Path:
-    return records.results_dir(sessions.ROOT / "results")
+from harness.core import matrix, paths, venvs
+from harness.core.caseid import UnknownCase
+from harness.core.errors import BadInput
+from harness.tools.repro.collector import collect
 
 
 def recorded_ids(directories=None) -> set[str]:
     """The case ids of every results file in `directories` (default: the results directory); a
-    line that does not parse is passed over, as harness.records.find_case does."""
+    line that does not parse is passed over, as harness.core.records.find_case does."""
     found = set()
-    for directory in directories or [default_results()]:
-        for path in records.results_files(directory):
+    for directory in directories or [paths.results_dir()]:
+        for path in paths.results_files(directory):
             try:
                 lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-            except OSError:
+            except OSError as error:  # the other files and a collection still answer
+                print(f"note: {path} passed over: {error.strerror or error}", file=sys.stderr)
                 continue
             for line in lines:
                 try:
@@ -46,7 +46,7 @@ def collecting_python(envdir=None, prefer: str | None = None) -> pathlib.Path | 
     newest CPU session venv that exists, or this interpreter when it has torch and pytest."""
     names = ([prefer] if prefer else []) + [s.name for s in reversed(matrix.load()) if s.device == "cpu"]
     for name in names:
-        python = sessions.venv_python(name, envdir)
+        python = venvs.venv_python(name, envdir)
         if python.exists():
             return python
     if importlib.util.find_spec("torch") and importlib.util.find_spec("pytest"):
@@ -55,7 +55,7 @@ def collecting_python(envdir=None, prefer: str | None = None) -> pathlib.Path | 
 
 
 def check_case(case_id: str, envdir=None, session: str | None = None, results=None) -> pathlib.Path | None:
-    """Raise repro.UnknownCase (exit 2, the closest ids listed) for a case id that neither the
+    """Raise UnknownCase (exit 2, the closest ids listed) for a case id that neither the
     results at hand nor a collection in an existing environment knows. Returns the interpreter
     that collected, if one did; where none could, says so on stderr: the id is then checked by
     the environment the command builds."""
@@ -66,21 +66,21 @@ def check_case(case_id: str, envdir=None, session: str | None = None, results=No
         print(f"note: {case_id!r} is not in the results at hand and no environment exists to collect the cases: "
               "it is checked once the session's environment is built", file=sys.stderr, flush=True)
         return None
-    ids = repro.collect(python, [])["ids"]
+    ids = collect(python, [])["ids"]
     if case_id not in ids:
-        raise repro.UnknownCase(case_id, sorted(set(ids) | recorded_ids(results)))
+        raise UnknownCase(case_id, sorted(set(ids) | recorded_ids(results)))
     return python
 
 
 def check_script(path: os.PathLike) -> pathlib.Path:
-    """The script as an absolute path; ValueError (exit 2) when it is missing or is not Python."""
+    """The script as an absolute path; BadInput (exit 2) when it is missing or is not Python."""
     script = pathlib.Path(path).expanduser()
     if not script.is_file():
-        raise ValueError(f"no such script: {path}")
+        raise BadInput(f"no such script: {path}")
     try:
         compile(script.read_bytes(), str(script), "exec")
-    except (SyntaxError, ValueError) as exc:
-        raise ValueError(f"{path} is not Python: {exc}") from None
+    except (SyntaxError, ValueError) as exc:  # ValueError: the source holds a null byte
+        raise BadInput(f"{path} is not Python: {exc}") from None
     return script.resolve()
 
 

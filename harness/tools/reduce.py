@@ -11,7 +11,7 @@ candidate only where the interestingness test holds:
 - on a session where the matrix records a pass (or fixed) for the case, the nearest one, the
   candidate passes. This rejects a reduction to `raise AssertionError(...)`.
 
-Candidates run forked from a warm process per venv (harness.scriptrun.WarmRunner), each result
+Candidates run forked from a warm process per venv (harness.tools.scriptrun.WarmRunner), each result
 cached by the candidate's text. Reduction stops at --time-limit keeping the smallest candidate
 found; the result is then run afresh (a new process) on both versions. `--script SCRIPT` reduces a
 user's script instead: its own failure on --session is the pattern, --passing names the session
@@ -29,8 +29,15 @@ import sys
 import tempfile
 import time
 
-from harness import preflight, records, reduce_passes, repro, scriptrun, sessions
-from harness.repro_property import chosen_example
+from harness.core import outcomes, paths, records, venvs
+from harness.core.errors import BadInput
+from harness.tools import preflight, reduce_passes, scriptrun
+from harness.tools.repro.collector import collect
+from harness.tools.repro.command import collect_env
+from harness.tools.repro.errors import ReproError
+from harness.tools.repro.issue import across_versions, issue_markdown
+from harness.tools.repro.script import build_script, script_name
+from harness.tools.repro.property_example import chosen_example
 
 PLUMBING_NAMES = {"EXPECTED", "declared"}
 PATTERN_CHARACTERS = 400
@@ -67,8 +74,8 @@ def signature_of(record: dict, expected: list[dict]) -> Signature:
     matched (its exception names and `match`), a plain failure by its exception and message."""
     exception = (record.get("exc_type") or "").rsplit(".", 1)[-1]
     if not exception:
-        raise repro.ReproError(f"the record of {record.get('case')} names no exception: nothing to reduce against")
-    refs = record.get("upstream") or ([record["reference"]] if record.get("reference") else [])
+        raise ReproError(f"the record of {record.get('case')} names no exception: nothing to reduce against")
+    refs = [record["reference"]] if record.get("reference") else []
     declared = next((e for e in expected if e["kind"] == record["outcome"] and e["ref"] in refs and e.get("match")),
                     None)
     return Signature(exception, declared["match"] if declared else message_pattern(record.get("message") or ""))
@@ -179,7 +186,7 @@ def tidy(source: str) -> str:
 
 def minimize(source: str, test: Interestingness) -> tuple[str, bool]:
     """(the smallest interesting source found, whether the reducer finished before the deadline):
-    pysource-minimize's deletions and harness.reduce_passes' rewrites in turn, tidied where the
+    pysource-minimize's deletions and harness.tools.reduce_passes' rewrites in turn, tidied where the
     tidy version is interesting too."""
     import pysource_minimize
 
@@ -201,32 +208,29 @@ def minimize(source: str, test: Interestingness) -> tuple[str, bool]:
 
 # --- the command --------------------------------------------------------------------------------------------
 
-PLAIN_ROW = re.compile(r"(cpu|cuda\d+)_torch\d+")
-
-
 def recorded_failure(case_id: str, session: str) -> dict:
-    path = records.results_path(records.results_dir(sessions.ROOT / "results"), session)
+    path = paths.results_path(session)
     _, record = records.find_case(path, case_id)
     if record is None:
-        raise ValueError(f"{path} has no record of {case_id}: run `nox -s {session}` first")
-    if record["outcome"] not in ("fail", "known", "limitation"):
-        raise ValueError(f"the matrix records {record['outcome']} for {case_id} on {session}: nothing to reduce")
+        raise BadInput(f"{path} has no record of {case_id}: run `nox -s {session}` first")
+    if record["outcome"] not in outcomes.RAISED:
+        raise BadInput(f"the matrix records {record['outcome']} for {case_id} on {session}: nothing to reduce")
     return record
 
 
 def passing_session(case_id: str, session: str, envdir=None) -> str | None:
     """A plain row where the matrix records a pass (or fixed) for the case: one whose venv is built
     if any, the nearest torch to the failing session's otherwise."""
-    rows = repro.across_versions(case_id, [records.results_dir(sessions.ROOT / "results")])
+    rows = across_versions(case_id, [paths.results_dir()])
     failing = next((i for i, r in enumerate(rows) if r["session"] == session), len(rows))
     passing = [(i, r["session"]) for i, r in enumerate(rows)
-               if r["outcome"] in ("pass", "fixed") and PLAIN_ROW.fullmatch(r["session"])]
-    passing.sort(key=lambda item: (not sessions.venv_python(item[1], envdir).exists(), abs(item[0] - failing)))
+               if r["outcome"] in outcomes.PASSING and r["label"] is None and not r["nightly"]]
+    passing.sort(key=lambda item: (not venvs.venv_python(item[1], envdir).exists(), abs(item[0] - failing)))
     return passing[0][1] if passing else None
 
 
 def default_out(name: str) -> pathlib.Path:
-    return records.results_dir(sessions.ROOT / "results") / "reduce" / name
+    return paths.results_dir() / "reduce" / name
 
 
 def command(args) -> int:
@@ -234,7 +238,7 @@ def command(args) -> int:
     passes on the passing one); 1 when the starting script does not show the bug or the result
     does not hold afresh; 2 for bad input (before any environment is built)."""
     if bool(args.case) == bool(args.script):
-        raise ValueError("reduce takes a CASE_ID or --script SCRIPT (one of them)")
+        raise BadInput("reduce takes a CASE_ID or --script SCRIPT (one of them)")
     preflight.check_session(args.session)
     preflight.check_session(args.passing)
     script = preflight.check_script(args.script) if args.script else None
@@ -244,27 +248,27 @@ def command(args) -> int:
         passing = args.passing or passing_session(args.case, args.session, args.envdir)
     else:
         record, passing = None, args.passing
-    if passing and args.no_build and not sessions.venv_python(passing, args.envdir).exists():
+    if passing and args.no_build and not venvs.venv_python(passing, args.envdir).exists():
         print(f"warning: {passing} has no environment (--no-build): candidates are not checked to pass there",
               file=sys.stderr)
         passing = None
     if passing is None:
         print("warning: no version where the case passes: a candidate is only checked to fail as recorded",
               file=sys.stderr)
-    python = sessions.ensure_venv(args.session, args.envdir, build=not args.no_build)
+    python = venvs.ensure_venv(args.session, args.envdir, build=not args.no_build)
     if python is None:
-        raise sessions.SessionError(f"{args.session} has no environment (--no-build)")
-    passing_python = sessions.ensure_venv(passing, args.envdir) if passing else None
+        raise venvs.SessionError(f"{args.session} has no environment (--no-build)")
+    passing_python = venvs.ensure_venv(passing, args.envdir) if passing else None
     if args.case:
-        info = repro.collect(python, [args.case])["cases"][args.case]
+        info = collect(python, [args.case])["cases"][args.case]
         example = chosen_example(record, info["expected"])
         if example:  # a property case: the script replays that example, and the bug is the example's error
             info["property_example"] = example
             exception, _, message = example["error"].partition(": ")
             record = {**record, "exc_type": exception, "message": message}
-        full = repro.build_script(info)
+        full = build_script(info)
         start, signature = strip_plumbing(full), signature_of(record, info["expected"])
-        name = repro.script_name(args.case).replace("repro_", "reduced_", 1)
+        name = script_name(args.case).replace("repro_", "reduced_", 1)
     else:
         full = script.read_text()
         start, signature = (strip_plumbing(full) if "OUTCOME:" in full else full), None
@@ -281,7 +285,7 @@ def command(args) -> int:
             first = failing_runner.run(_write(start), timeout=args.timeout)
             if signature is None:  # --script: the script's own failure is what it must keep showing
                 if first.outcome != "fail" or not first.exception:
-                    raise repro.ReproError(f"{script} does not fail with an exception on {args.session} "
+                    raise ReproError(f"{script} does not fail with an exception on {args.session} "
                                            f"({first.outcome}, {first.exit}): nothing to reduce")
                 signature = Signature(first.exception.rsplit(".", 1)[-1], message_pattern(first.message.partition(": ")[2]))
             print(f"the bug: {signature} on {args.session}" + (f", a pass on {passing}" if passing else ""),
@@ -289,7 +293,7 @@ def command(args) -> int:
             test = Interestingness(signature, failing_runner, passing_runner, deadline=started + args.time_limit,
                                    timeout=max(60.0, 5 * first.seconds))
             if not test(start):
-                raise repro.ReproError(f"the starting script does not show {signature} on {args.session}"
+                raise ReproError(f"the starting script does not show {signature} on {args.session}"
                                        + (f" and pass on {passing}" if passing else "")
                                        + f": it gave {first.outcome} ({first.exit}: {first.message[:200]})")
             reduced, finished = minimize(start, test)
@@ -317,8 +321,8 @@ def command(args) -> int:
     print(text)
     if args.case and holds:  # the issue: the reduced script, the whole export folded below it
         result = {"returncode": verdict.code, "output": verdict.output, "outcome": record["outcome"]}
-        rows = repro.across_versions(args.case, [records.results_dir(sessions.ROOT / "results")])
-        issue = repro.issue_markdown(info, text, out, result, repro.collect_env(python), rows, full=full)
+        rows = across_versions(args.case, [paths.results_dir()])
+        issue = issue_markdown(info, text, out, result, collect_env(python), rows, full=full)
         out.with_suffix(".md").write_text(issue)
         print(f"wrote {out.with_suffix('.md')}", file=sys.stderr)
     if not holds:

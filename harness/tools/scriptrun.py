@@ -1,9 +1,9 @@
 """One run of a plain Python script in an interpreter (a session's venv), and what it came to.
 
 Shared by `sweep`, `bisect --script` and `reduce`: the script runs as its own process group from
-an empty directory, under a time limit and the sessions' memory limit (RLIMIT_DATA, as
-harness.runner sets it for cases), and is classified by its exit status: 0 pass, 125 skip, the
-codes of scripts `repro` exports (harness.outcomes: 3 known, 5 limitation) as those outcomes,
+an empty directory, under a time limit and the sessions' memory limit (harness.core.limits, as
+sessions set it for cases), and is classified by its exit status: 0 pass, 125 skip, the
+codes of scripts `repro` exports (harness.core.outcomes: 3 known, 5 limitation) as those outcomes,
 anything else fail with the code and the script's last exception line. A process killed by a
 signal is a crash (named by the signal), one past its time limit a timeout, one that ran out of
 memory a crash saying so.
@@ -16,27 +16,23 @@ import json
 import os
 import pathlib
 import re
-import resource
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
-from harness import outcomes, repro, sessions
+from harness.core import limits, outcomes, sessions
+from harness.core.venvs import SessionError
 
-DEFAULT_TIMEOUT = 600.0
-DEFAULT_MEMORY_LIMIT = "75%"
-# Exit status -> outcome: pass, skip and the reproduction scripts' own codes (fixed also exits 0,
-# and says so on its OUTCOME line).
-BY_EXIT_CODE = {o.exit_code: name for name, o in outcomes.OUTCOMES.items()
-                if name in ("pass", "skip", "known", "limitation")}
+DEFAULT_TIMEOUT = float(limits.DEFAULT_TIME_LIMIT)
 TRACEBACK = "Traceback (most recent call last):"
 EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
 
 
 @dataclasses.dataclass
 class ScriptRun:
-    outcome: str  # a name of harness.outcomes.OUTCOMES
+    outcome: str  # a name of harness.core.outcomes.OUTCOMES
     code: int | None  # the exit status; negative: the signal; None: it ran past its time limit
     message: str  # the last exception line, or how it crashed or timed out
     exception: str  # the last exception's type as printed ('AssertionError', 'torch._dynamo.exc.Unsupported')
@@ -48,12 +44,7 @@ class ScriptRun:
         """The exit status in words: 'exit 1', 'SIGSEGV', 'timed out'."""
         if self.code is None:
             return "timed out"
-        if self.code < 0:
-            try:
-                return signal.Signals(-self.code).name
-            except ValueError:
-                return f"signal {-self.code}"
-        return f"exit {self.code}"
+        return outcomes.signal_name(self.code) or f"exit {self.code}"
 
 
 def exceptions(output: str) -> list[tuple[str, str]]:
@@ -90,10 +81,8 @@ def classify(code: int | None, output: str, seconds: float, timeout: float | Non
                                                               and outcomes.MEMORY_EXHAUSTED.search(line)):
         return ScriptRun("crash", code, f"out of memory: {line}", kind, output, seconds)
     if code < 0:
-        from harness.workerlog import crash_summary
-
-        return ScriptRun("crash", code, crash_summary(output, code)[1], kind, output, seconds)
-    outcome = BY_EXIT_CODE.get(code, "fail")
+        return ScriptRun("crash", code, outcomes.crash_summary(output, code)[1], kind, output, seconds)
+    outcome = outcomes.BY_EXIT_CODE.get(code, "fail")
     if outcome == "pass" and re.search(r"^OUTCOME: fixed\b", output, re.M):
         outcome = "fixed"  # a repro script whose declared bug no longer reproduces
     if outcome == "skip":
@@ -104,33 +93,23 @@ def classify(code: int | None, output: str, seconds: float, timeout: float | Non
     return ScriptRun(outcome, code, line if outcome != "pass" else "", kind, output, seconds)
 
 
-def _limit_memory(limit: int | None):
-    def apply():
-        if limit is not None:
-            _, hard = resource.getrlimit(resource.RLIMIT_DATA)
-            resource.setrlimit(resource.RLIMIT_DATA, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
-    return apply
-
-
 def memory_limit_bytes(spec: str | None) -> int | None:
-    from harness.runner import memory_limit_bytes as parse
-
-    return parse(spec if spec is not None else os.environ.get("HARNESS_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT), 1)
+    return limits.memory_limit_bytes(limits.memory_limit(spec))
 
 
 def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEOUT, memory_limit: str | None = None,
         cache_dir: os.PathLike | None = None) -> ScriptRun:
     """Run `script` with `python` from an empty directory and classify the run. `cache_dir`: the
-    session venv whose compile caches (harness.sessions.compile_cache_env) the run shares."""
+    session venv whose compile caches (harness.core.sessions.compile_cache_env) the run shares."""
     script = pathlib.Path(script).resolve()
-    env = repro.clean_env(**(sessions.compile_cache_env(cache_dir) if cache_dir else {}))
+    env = sessions.clean_env(**(sessions.compile_cache_env(cache_dir) if cache_dir else {}))
     env.pop("PYTHONPATH", None)  # a user's script runs as a user runs it: the harness is not on its path
     env["PYTHONFAULTHANDLER"] = "1"  # a crash in native code prints where it happened
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="harness-script-") as cwd:
         process = subprocess.Popen([os.path.abspath(python), str(script)], cwd=cwd, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True,
-                                   preexec_fn=_limit_memory(memory_limit_bytes(memory_limit)))
+                                   preexec_fn=lambda limit=memory_limit_bytes(memory_limit): limits.limit_memory(limit))
         try:
             output, _ = process.communicate(timeout=timeout)
             code = process.returncode
@@ -155,19 +134,20 @@ def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEO
 SERVER = r'''
 import json, os, resource, runpy, sys, time, traceback
 import torch
+passed_over = []  # said in the ready line: the scripts meet these again and show them
 try:
     torch.compile(lambda x: torch.sin(x) + 1, backend="inductor")(torch.ones(8))
-except Exception:
-    pass
+except Exception as error:
+    passed_over.append(f"the warm-up compile ({type(error).__name__}: {error})")
 torch._dynamo.reset()
 for name in filter(None, os.environ.get("HARNESS_PRELOAD", "").split(",")):
     try:
         __import__(name)
-    except Exception:
-        pass
+    except Exception as error:
+        passed_over.append(f"preloading {name} ({type(error).__name__}: {error})")
 channel = os.fdopen(os.dup(1), "w")
 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-channel.write('{"ready": true}\n'); channel.flush()
+channel.write(json.dumps({"ready": True, "passed_over": passed_over}) + "\n"); channel.flush()
 for line in sys.stdin:
     request = json.loads(line)
     pid = os.fork()
@@ -215,7 +195,7 @@ for line in sys.stdin:
 
 
 class WarmRunner:
-    """Runs scripts in `python` forked from one warm process (harness.scriptrun.SERVER): a run
+    """Runs scripts in `python` forked from one warm process (harness.tools.scriptrun.SERVER): a run
     costs the script's own work, not torch's import. What it reports is what `run` would, but a
     forked process is not a fresh one: a result that matters is checked again with `run`."""
 
@@ -225,15 +205,18 @@ class WarmRunner:
         self.python, self.cache_dir = python, cache_dir
         self.memory = memory_limit_bytes(memory_limit)
         self.workdir = tempfile.TemporaryDirectory(prefix="harness-warm-")
-        env = repro.clean_env(**(sessions.compile_cache_env(cache_dir) if cache_dir else {}),
+        env = sessions.clean_env(**(sessions.compile_cache_env(cache_dir) if cache_dir else {}),
                               TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONFAULTHANDLER="1",
                               HARNESS_PRELOAD=",".join(preload))
         env.pop("PYTHONPATH", None)
         self.process = subprocess.Popen([os.path.abspath(python), "-c", SERVER], cwd=self.workdir.name, env=env, text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        if not self.process.stdout.readline().strip():
+        ready = self.process.stdout.readline().strip()
+        if not ready:
             self.close()
-            raise sessions.SessionError(f"{python} could not import torch to run scripts")
+            raise SessionError(f"{python} could not import torch to run scripts")
+        for what in json.loads(ready).get("passed_over", []):
+            print(f"harness: the warm runner of {python} passed over {what}", file=sys.stderr, flush=True)
 
     def run(self, script: os.PathLike, timeout: float = DEFAULT_TIMEOUT) -> ScriptRun:
         output = pathlib.Path(self.workdir.name) / "output.txt"
@@ -245,7 +228,7 @@ class WarmRunner:
             self.process.stdin.flush()
             reply = json.loads(self.process.stdout.readline())
         except (OSError, ValueError) as exc:
-            raise sessions.SessionError(f"the warm runner of {self.python} died: {exc}") from exc
+            raise SessionError(f"the warm runner of {self.python} died: {exc}") from exc
         text = output.read_text(errors="replace") if output.exists() else ""
         return classify(reply["code"], text, time.monotonic() - started, timeout)
 

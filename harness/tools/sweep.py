@@ -2,7 +2,8 @@
 
 The script runs in the venv of every row in the range (the rows `bisect` picks: one plain
 session per torch version), each venv built with `nox -s SESSION --install-only` where it is
-missing, unless --no-build. Each run is classified by harness.scriptrun (exit 0 pass, 125 skip,
+missing, unless --no-build (harness.tools.targets, shared with bisect). Each run is classified by
+harness.tools.scriptrun (exit 0 pass, 125 skip,
 3 known and 5 limitation as `repro`'s scripts use them, anything else fail with the code and the
 last exception line; crash, timeout, out of memory as in sessions). The version table is printed
 and written, as Markdown, to --out (default results/sweep/<script>.md).
@@ -14,16 +15,12 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from harness import bisect, preflight, records, scriptrun, sessions
+from harness.core import paths, records
+from harness.tools import preflight, scriptrun
+from harness.tools.targets import Target, environment, run_script, span, targets_of
 
 
-def run_target(target: bisect.Target, script: pathlib.Path, timeout: float, memory_limit: str | None
-               ) -> scriptrun.ScriptRun:
-    cache = target.python.parent.parent if target.spec else None
-    return scriptrun.run(target.python, script, timeout=timeout, memory_limit=memory_limit, cache_dir=cache)
-
-
-def table(script: pathlib.Path, rows: list[tuple[bisect.Target, scriptrun.ScriptRun | None]], axis: str = "torch",
+def table(script: pathlib.Path, rows: list[tuple[Target, scriptrun.ScriptRun | None]], axis: str = "torch",
           fixed: str = "") -> str:
     lines = [f"Sweep of `{script.name}`{fixed}", "", f"| {axis} | session | outcome | exit | seconds | message |",
              "|---|---|---|---|---|---|"]
@@ -41,24 +38,24 @@ def table(script: pathlib.Path, rows: list[tuple[bisect.Target, scriptrun.Script
 
 
 def default_out(script: pathlib.Path) -> pathlib.Path:
-    return records.results_dir(sessions.ROOT / "results") / "sweep" / f"{script.stem}.md"
+    return paths.results_dir() / "sweep" / f"{script.stem}.md"
 
 
 def command(args) -> int:
     script = preflight.check_script(args.script)
-    targets = bisect.targets_of(args)  # an unknown row or an empty range: ValueError
+    targets = targets_of(args)  # an unknown row or an empty range: BadInput
     missing = sorted({str(t.python.parent.parent.name) if t.outside else t.session for t in targets if not t.built})
     if missing and not args.no_build:
         print(f"sweep will build {len(missing)} environment(s): {', '.join(missing)}", file=sys.stderr, flush=True)
-    print(f"sweep {script.name}: {bisect.span(args, targets)}", flush=True)
+    print(f"sweep {script.name}: {span(args, targets)}", flush=True)
     rows = []
     for target in targets:
-        target.python, _ = bisect.environment(target, args.envdir, build=not args.no_build)
+        target.python, _ = environment(target, args.envdir, build=not args.no_build)
         if target.python is None:
             rows.append((target, None))
             print(f"{args.along} {target.version:<8} {target.session:<16} not run (no environment; --no-build)", flush=True)
             continue
-        result = run_target(target, script, args.timeout, args.memory_limit)
+        result = run_script(target, script, args.timeout, args.memory_limit)
         rows.append((target, result))
         print(f"{args.along} {target.version:<8} {target.session:<16} {result.outcome:<10} {result.exit:<9} "
               f"{result.seconds:6.1f} s  {result.message[:120]}".rstrip(), flush=True)

@@ -1,5 +1,5 @@
-"""The issue text of a reproduction (harness.repro): a title, what goes wrong, the torch versions
-where the case passes and fails (from the results files at hand, read through harness.records), the
+"""The issue text of a reproduction (harness.tools.repro): a title, what goes wrong, the torch versions
+where the case passes and fails (from the results files at hand, read through harness.core.records), the
 script, its output, what was expected, collect_env folded away."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import ast
 import pathlib
 import re
 
-from harness import records
+from harness.core import paths, records, versions
+from harness.core.outcomes import RAISED, upstream_link
 
 
 def across_versions(case_id: str, directories) -> list[dict]:
@@ -16,14 +17,14 @@ def across_versions(case_id: str, directories) -> list[dict]:
     outcome, message; oldest torch first."""
     rows = []
     for directory in directories:
-        for path in records.results_files(directory):
+        for path in paths.results_files(directory):
             environment, record = records.find_case(path, case_id)
             if environment and record:
                 identity = environment["identity"]
                 rows.append({"torch": environment.get("torch") or "?", "session": identity["session"],
                              "line": identity["line"], "label": identity["label"], "nightly": identity["row"] == "nightly",
                              "outcome": record["outcome"], "message": record.get("message") or ""})
-    return sorted(rows, key=lambda row: (records.torch_version(row["torch"]), row["session"]))
+    return sorted(rows, key=lambda row: (versions.torch_version(row["torch"]), row["session"]))
 
 
 def boundaries(rows: list[dict]) -> list[tuple[dict, dict]]:
@@ -51,8 +52,6 @@ def _shorten(output: str, head: int = 25, tail: int = 60) -> str:
 
 def _what_went_wrong(info: dict, result: dict) -> tuple[str, str]:
     """(title, paragraph) from the script's run."""
-    from harness.analysis import upstream_link
-
     params = {k: ast.literal_eval(v) for k, v in info["params"].items() if v is not None and k in ("backend", "fullgraph")}
     compile_call = f"torch.compile(backend={params.get('backend', 'inductor')!r}" + \
         (", fullgraph=True)" if params.get("fullgraph") else ")")
@@ -63,7 +62,7 @@ def _what_went_wrong(info: dict, result: dict) -> tuple[str, str]:
     subject = info["case"]
     refs = ", ".join(f"[{ref}]({upstream_link(ref) or ref})" for ref in dict.fromkeys(e["ref"] for e in info["expected"]))
     doc = info["doc"].split("\n\n")[0].replace("\n", " ")
-    if outcome in ("fail", "known", "limitation"):
+    if outcome in RAISED:
         title = f"{compile_call}: `{subject}` fails on torch {version}" + (f": {error[:120]}" if error else "")
         paragraph = f"With torch {version}, the case runs eagerly and under `{compile_call}`; the compiled run fails: `{error}`."
         if outcome == "known":
@@ -83,7 +82,7 @@ def _what_went_wrong(info: dict, result: dict) -> tuple[str, str]:
 
 def issue_markdown(info: dict, text: str, path: pathlib.Path, result: dict, environment: str,
                    rows: list[dict], full: str | None = None) -> str:
-    """The issue; `full`: the whole export, folded below `text` (a reduced script, harness/reduce.py)."""
+    """The issue; `full`: the whole export, folded below `text` (a reduced script, harness/tools/reduce.py)."""
     title, paragraph = _what_went_wrong(info, result)
     lines = [f"### {title}", "", paragraph, ""]
     if rows:

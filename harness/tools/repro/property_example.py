@@ -1,4 +1,4 @@
-"""A property case (harness.properties) as a standalone script: the one example it ran, not hypothesis.
+"""A property case (harness.plugin.properties) as a standalone script: the one example it ran, not hypothesis.
 
 The record of a property cell lists its failing examples (`metrics.property.failing_examples`: each
 example's `figures`, the repr of the program drawn, and its `error` line). The script replays one of
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import re
+
+from harness.tools.repro.errors import ReproError
 
 EXPLORE = "explore"
 
@@ -74,7 +76,7 @@ def with_example(source: str, function: str, example: dict | None) -> str:
     if example is None:
         pinned = next((k.value for k in call.keywords if k.arg == "pinned"), None)
         if pinned is None:
-            raise ValueError(f"{function}: no recorded failing example and no pinned one to replay")
+            raise ReproError(f"{function}: no recorded failing example and no pinned one to replay")
         example_node = ast.Subscript(value=pinned, slice=ast.Constant(0), ctx=ast.Load())
     else:
         example_node = ast.parse(example["figures"], mode="eval").body

@@ -1,7 +1,8 @@
-"""The standalone script of one case (harness.repro): the case's test function called with its
+"""The standalone script of one case (harness.tools.repro): the case's test function called with its
 parameters as literals, the helpers it uses (of its module, and of the modules under cases/ it imports
-them from), and harness/casekit.py's comparison, each cut down to what the case needs; its last line
-prints `OUTCOME: ...` as the matrix would. A property case replays one example (harness.repro_property)."""
+them from), and harness/plugin/casekit.py's comparison, each cut down to what the case needs; its last
+line prints `OUTCOME: ...` as the matrix would. A property case replays one example
+(harness.tools.repro.property_example)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,13 @@ import pathlib
 import re
 import sys
 
-from harness import outcomes, sessions
-from harness.repro_property import explore_call, header as property_header, with_example
+from harness.core import outcomes, paths
+from harness.tools.repro.errors import ReproError
+from harness.tools.repro.property_example import explore_call, header as property_header, with_example
 
-ROOT = sessions.ROOT
-CASEKIT = ROOT / "harness" / "casekit.py"
 MAX_LINES = 120
 MAX_LINES_PROPERTY = 180  # a property case carries its program's generator and check; `reduce` shortens it
 BLOCKED = ("pytest", "_pytest", "harness", "hypothesis")
-CASES = ROOT / "cases"
-
-
-class ReproError(Exception):
-    """The case cannot be exported or run."""
 
 
 # --- the script ---------------------------------------------------------------------------------------
@@ -184,7 +179,7 @@ def _support_module(node: ast.AST) -> pathlib.Path | None:
     """The module under cases/ (not a case file) an import node takes names from, if any."""
     if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
         return None
-    path = CASES.joinpath(*node.module.split(".")).with_suffix(".py")
+    path = paths.CASES.joinpath(*node.module.split(".")).with_suffix(".py")
     return path if path.is_file() and not path.name.startswith("test_") else None
 
 
@@ -247,14 +242,14 @@ def build_script(info: dict) -> str:
     uses = {name for s in case_code for name in s.uses}
     if uses & {"pytest", "_pytest"}:
         raise ReproError(f"cannot export {info['case']}: its code calls pytest (only decorators may)")
-    kit = statements(without_unused_methods(CASEKIT.read_text(), _attributes(s.node for s in case_code)),
+    kit = statements(without_unused_methods(paths.CASEKIT.read_text(), _attributes(s.node for s in case_code)),
                      docstrings=False)
     kit_code = [as_block(s) for s in needed([s for s in kit if not s.is_import],
                                             {"Case"} | (uses & {"OpLog", "TOLERANCES", "GraphRecorder"}))]
     case_code = [s if getattr(s.node, "name", None) == function else as_block(s) for s in case_code]
     names = {name for s in case_code + kit_code for name in s.uses}
     expected = [(e["kind"], e["ref"], tuple(e["raises"]), e["match"]) for e in info["expected"]]
-    # `fixed` when a declared upstream bug of this torch no longer reproduces (harness.outcomes)
+    # `fixed` when a declared upstream bug of this torch no longer reproduces (harness.core.outcomes)
     passed = "fixed" if any(e["kind"] == "known" for e in info["expected"]) else "pass"
     params = info["params"]
     guards = [f"if {s['condition']}:\n            raise Skip({s['reason']!r})" for s in info["skips"]]
