@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from harness.core import matrix, paths, records, sessions
+from harness.core.outcomes import OUTCOMES
 from harness.tools.repro import collector, command as repro, script as repro_script
 from harness.tools.repro.property_example import chosen_example
 from tests.conftest import ROOT
@@ -76,7 +77,7 @@ def test_scripts_print_the_outcome_the_matrix_records(collected, tmp_path):
             assert info["property_example"]["program"].splitlines()[0] in text.split('"""', 2)[1]
         result = repro.run_script(sys.executable, path)  # pytest and the harness unimportable
         assert result["outcome"] == recorded[case_id], (case_id, result["output"][-3000:])
-        code = {o: v.exit_code for o, v in repro.outcomes.OUTCOMES.items()}[result["outcome"]]
+        code = OUTCOMES[result["outcome"]].exit_code
         assert result["returncode"] == code, (case_id, result["returncode"])
 
 
