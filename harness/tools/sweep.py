@@ -43,6 +43,7 @@ def default_out(script: pathlib.Path) -> pathlib.Path:
 
 def command(args) -> int:
     script = preflight.check_script(args.script)
+    scriptrun.memory_limit_bytes(args.memory_limit)  # a malformed limit is bad input before any build
     targets = targets_of(args)  # an unknown row or an empty range: BadInput
     missing = sorted({str(t.python.parent.parent.name) if t.outside else t.session for t in targets if not t.built})
     if missing and not args.no_build:
