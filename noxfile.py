@@ -1,4 +1,5 @@
-"""Nox sessions generated from the matrix table in harness/matrix.toml.
+"""Nox sessions generated from the matrix table in harness/core/matrix.toml; what a session does is
+harness.core.sessions (its pytest command) and harness.core.venvs (its environment).
 
     nox                      the main job: the newest torch on CPU
     nox -l                   every session, one line each (* marks the one plain `nox` runs)
@@ -25,7 +26,8 @@ import nox
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # nox does not put it there
 
-from harness import envcheck, matrix, records, reuse, sessions
+from harness.core import envcheck, matrix, paths, sessions, venvs  # noqa: E402
+from harness.plugin import reuse  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -34,36 +36,9 @@ nox.options.error_on_missing_interpreters = True
 os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 
 SESSIONS = matrix.load()
-sessions.find_interpreters(s.python for s in SESSIONS)
+venvs.find_interpreters(s.python for s in SESSIONS)
 # The main job, and the only session plain `nox` runs: the newest torch on CPU.
 DEFAULT_SESSION = next(s for s in SESSIONS if s.device == "cpu" and "latest" in s.tags)
-
-
-def install_pins(session: nox.Session, spec: matrix.Session) -> None:
-    """Install the session's pins into a venv built for them, reusing it while they are unchanged.
-    A PyTorch index is used alone for torch (and, but for the CPU index, what it needs), then the
-    registry for the rest: no command ever mixes two indexes."""
-    venv = session.virtualenv
-    stamp = pathlib.Path(venv.location) / sessions.STAMP
-    wheel = sessions.torch_wheel(spec)
-    wanted = sessions.pins_stamp(spec, wheel)
-    if stamp.is_file():
-        if stamp.read_text() == wanted and not spec.nightly:  # a nightly always looks for a newer wheel
-            session.log(f"pins unchanged since this environment was built: reusing it (torch: {wheel['build']} build)")
-            return
-        session.log("pins changed: rebuilding the environment")
-        venv.reuse_existing = False
-        venv.create()
-    session.log(f"torch: the {wheel['build']} build" + (f" from {wheel['index']}" if wheel["index"] else " from the registry")
-                + (f" ({wheel['reason']})" if wheel.get("reason") else ""))
-    _install(session, spec, wheel)
-    (pathlib.Path(venv.location) / sessions.TORCH_WHEEL_FILE).write_text(json.dumps(wheel))
-    stamp.write_text(wanted)
-
-
-def _install(session: nox.Session, spec: matrix.Session, wheel: dict) -> None:
-    for step in sessions.install_steps(spec, wheel):
-        session.install(*step)
 
 
 def run_cases(session: nox.Session, spec: matrix.Session) -> None:
@@ -75,18 +50,18 @@ def run_cases(session: nox.Session, spec: matrix.Session) -> None:
             envcheck.require_gpu(spec)
         except envcheck.EnvironmentMismatch as exc:
             session.error(str(exc))
-    for name, value in sessions.install_environment().items():
+    for name, value in venvs.install_environment().items():
         session.log(f"installing with {name}={value} from the environment (recorded in the results)")
-    install_pins(session, spec)
+    venvs.install_pins(session, spec)
     session.run("python", "-m", "harness", "check-env", spec.name, *(["--no-gpu"] if collect_only else []))
     env = sessions.run_env(spec, session.virtualenv.location)
     args = [a for a in session.posargs if a != sessions.FRESH]
-    if not args:  # the full session: reuse what nothing has changed for (harness/reuse.py)
+    if not args:  # the full session: reuse what nothing has changed for (harness/plugin/reuse.py)
         handle, name = tempfile.mkstemp(prefix=f"reuse-plan-{spec.name}-", suffix=".json")
         os.close(handle)
         plan = pathlib.Path(name)
         try:
-            session.run("python", "-m", "harness.reuse", spec.name, "--plan", str(plan),
+            session.run("python", "-m", "harness.plugin.reuse", spec.name, "--plan", str(plan),
                         *(["--fresh"] if sessions.FRESH in session.posargs else []), env=env)
             if not plan.stat().st_size:
                 return  # `nox --install-only`: nothing was run
@@ -119,11 +94,10 @@ for _spec in SESSIONS:
 @nox.session(python=DEFAULT_SESSION.python, download_python="never", default=False)
 def tests(session: nox.Session) -> None:
     """Run the harness's own test suite (real torch, real compile, real nox)."""
-    wheel = sessions.torch_wheel(DEFAULT_SESSION)  # the main job's torch build, chosen as its session chooses
-    session.log(f"torch: the {wheel['build']} build" + (f" ({wheel['reason']})" if wheel.get("reason") else ""))
-    if wheel["build"] == sessions.CPU_BUILD:
-        session.install("--index-url", wheel["index"], "--no-deps", DEFAULT_SESSION.requirements[0])
-    session.install(*DEFAULT_SESSION.requirements, "-e", ".[dev]")  # the main job's pins, the tools bounded
+    wheel = venvs.torch_wheel(DEFAULT_SESSION)  # the main job's torch build, chosen as its session chooses
+    session.log(venvs.describe_wheel(wheel))
+    for step in venvs.install_steps(DEFAULT_SESSION, wheel, tools=["-e", ".[dev]"]):  # the main job's pins, the tools
+        session.install(*step)
     session.run("python", "-m", "pytest", "tests/", *session.posargs)
 
 
@@ -160,7 +134,7 @@ def reduce(session: nox.Session) -> None:
 @nox.session(venv_backend="none", default=False)
 def explore(session: nox.Session) -> None:
     """Draw many more examples for the property cases in one matrix session's venv, shrinking what fails; results in results/explore/ (args: SESSION [--examples N] [pytest args])."""
-    from harness import properties
+    from harness.plugin import properties
 
     args = list(session.posargs)
     if not args or args[0].startswith("-"):
@@ -176,9 +150,9 @@ def explore(session: nox.Session) -> None:
         del args[at:at + 2]
     if not examples.isdigit() or int(examples) < 1:
         session.error(f"--examples wants a positive number of examples, not {examples!r}")
-    venv = sessions.ensure_venv(spec.name).parent.parent
+    venv = venvs.ensure_venv(spec.name).parent.parent
     env = {**sessions.run_env(spec, venv), properties.EXPLORE_ENV: examples}
     select = [] if "-k" in args else ["-k", "property"]
-    explored = records.results_dir() / "explore"  # apart from the table's records
+    explored = paths.results_dir() / "explore"  # apart from the table's records
     session.run(str(venv / "bin" / "python"), *sessions.pytest_args(spec, [*select, "--results-dir",
                                                                            str(explored), *args]), env=env)

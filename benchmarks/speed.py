@@ -10,7 +10,7 @@ Parts:
   session   the session's wall time through nox: cold (new venv dir, empty compile caches) and warm
             (the same command again: venv reused, inductor cache filled); then time per family
   overhead  in the session's venv (built if missing), the session's own pytest command (xdist
-            worker, time and memory limits, reruns, torch state reset; harness.sessions, as the
+            worker, time and memory limits, reruns, torch state reset; harness.core.sessions, as the
             noxfile runs it) against plain `pytest cases/` with the same selection and caches,
             alternated --rounds times; the median of each
   isolation the session's own pytest command, every case forked from the warm worker (the default)
@@ -37,10 +37,10 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout, for `harness`
 
-from harness import matrix, records, sessions  # noqa: E402
+from harness.core import matrix, paths, records, sessions, venvs  # noqa: E402
+from harness.core.paths import ROOT  # noqa: E402
 
 
 def timed(command, env=None, cwd=ROOT) -> float:
@@ -61,7 +61,7 @@ def python_for(spec: matrix.Session) -> str:
 
 
 def env_creation(spec, work: pathlib.Path, skip_cold_pip: bool) -> dict:
-    requirements = [*spec.requirements, *sessions.HARNESS_REQUIREMENTS]
+    requirements = [*spec.requirements, *venvs.HARNESS_REQUIREMENTS]
     python = python_for(spec)
     figures = {}
     uv_cold_cache = work / "uv-cache"
@@ -107,19 +107,19 @@ def session_runs(spec, work: pathlib.Path, select: list[str]) -> dict:
     results = work / "results"
     command = [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", spec.name,
                "--envdir", str(envdir), "--", *select]
-    env = {records.RESULTS_ENV: str(results)}
+    env = {paths.RESULTS_ENV: str(results)}
     figures = {"session cold": timed(command, env), "session warm": timed(command, env)}
     figures["warm/cold"] = figures["session warm"] / figures["session cold"]
-    venv = sessions.venv_dir(spec.name, envdir)
+    venv = venvs.venv_dir(spec.name, envdir)
     figures["venv bytes"] = venv_bytes(venv)
-    figures["torch wheel"] = sessions.installed_torch_wheel(venv)
+    figures["torch wheel"] = venvs.installed_torch_wheel(venv)
     figures["families"] = per_family(results / f"{spec.name}.jsonl")
     return figures
 
 
 def overhead(spec, work: pathlib.Path, select: list[str], rounds: int) -> dict:
-    python = str(sessions.ensure_venv(spec.name))
-    env = {**sessions.run_env(spec, sessions.venv_dir(spec.name)), records.RESULTS_ENV: str(work / "overhead")}
+    python = str(venvs.ensure_venv(spec.name))
+    env = {**sessions.run_env(spec, venvs.venv_dir(spec.name)), paths.RESULTS_ENV: str(work / "overhead")}
     plain = [python, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", *select]
     harness = [python, *sessions.pytest_args(spec, ["-q", "-p", "no:cacheprovider", *select])]
     timed(plain, env)  # fills the compile caches both runs below read
@@ -137,12 +137,12 @@ def isolation_cost(spec, work: pathlib.Path, select: list[str], rounds: int) -> 
     """The session's own pytest command with each case forked from the warm worker (the default)
     against every case in the worker itself (`--isolation=none`, state reset between cases),
     alternated; every run cold: its own empty compile caches."""
-    python = str(sessions.ensure_venv(spec.name))
+    python = str(venvs.ensure_venv(spec.name))
     figures = {"fork": [], "none": []}
     for number in range(rounds):
         for mode in figures:
             caches = work / f"isolation-{mode}-{number}"
-            env = {**sessions.run_env(spec, caches), records.RESULTS_ENV: str(caches / "results")}
+            env = {**sessions.run_env(spec, caches), paths.RESULTS_ENV: str(caches / "results")}
             command = [python, *sessions.pytest_args(spec, ["-q", "-p", "no:cacheprovider", *select,
                                                             f"--isolation={mode}"])]
             figures[mode].append(timed(command, env))
@@ -155,21 +155,21 @@ def isolation_cost(spec, work: pathlib.Path, select: list[str], rounds: int) -> 
 def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str, tag: str | None = None) -> dict:
     names = [s.name for s in matrix.load() if s.device == "cpu" and not s.nightly and (tag is None or tag in s.tags)]
     for name in names:
-        sessions.ensure_venv(name)
+        venvs.ensure_venv(name)
 
     def run_all(project: pathlib.Path, into: pathlib.Path, *extra) -> dict:
         seconds = {}
         for name in names:
             seconds[name] = timed([sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "-s", name,
                                    "--envdir", str(ROOT / ".nox"), *(["--", *extra] if extra else [])],
-                                  env={records.RESULTS_ENV: str(into)}, cwd=project)
+                                  env={paths.RESULTS_ENV: str(into)}, cwd=project)
             end = records.read(into / f"{name}.jsonl")[-1]
             print(f"    {name:34s} {seconds[name]:7.1f} s through nox, {end.get('seconds', 0):7.1f} s in pytest",
                   flush=True)
         return seconds
 
     for name in names:  # cold: inductor and Triton compile afresh
-        for cache in sessions.compile_cache_env(sessions.venv_dir(name)).values():
+        for cache in sessions.compile_cache_env(venvs.venv_dir(name)).values():
             if cache.startswith("/"):
                 shutil.rmtree(cache, ignore_errors=True)
     figures = {}

@@ -20,8 +20,8 @@ import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from harness.casekit import TOLERANCES, OpLog
-from harness.properties import explore
+from harness.plugin.casekit import TOLERANCES, OpLog
+from harness.plugin.properties import explore
 from programs.autocast import AutocastProgram, autocast_op_programs, autocast_programs
 from programs.op_programs import check_op_program
 from programs.opcall import op_calls
@@ -192,7 +192,7 @@ def test_context_fn_restores_autocast_eager_checkpoint_of_compiled(case, device,
                                 context_fn=restore_autocast_context_fn(device))
 
 
-# --- property cases (harness/properties.py): programs drawn around autocast ---------------------------
+# --- property cases (harness/plugin/properties.py): programs drawn around autocast ---------------------------
 
 PINNED_AUTOCAST = [AutocastProgram(), AutocastProgram(autocast_at="outside"), AutocastProgram(autocast_at="inside_body")]
 

@@ -25,8 +25,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
-from harness.casekit import OpLog
-from harness.properties import explore
+from harness.plugin.casekit import OpLog
+from harness.plugin.properties import explore
 from programs.checkpoint import CheckpointOpProgram, CheckpointProgram, checkpoint_op_programs, checkpoint_programs
 from programs.op_programs import check_op_program
 from programs.opcall import OpCall, op_calls
@@ -287,7 +287,7 @@ def test_transformer_engine_checkpoint(case, device, backend, fullgraph):
     check_recomputes(case, lambda x, w: te.checkpoint(mm_sigmoid, *legacy, x, w, use_reentrant=False), device)
 
 
-# --- property cases (harness/properties.py): programs drawn around checkpoint ------------------------
+# --- property cases (harness/plugin/properties.py): programs drawn around checkpoint ------------------------
 
 PINNED_CHECKPOINT = [CheckpointProgram(), CheckpointProgram(context_fn="noop")]
 

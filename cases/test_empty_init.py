@@ -48,15 +48,15 @@ import math
 import pytest
 import torch
 
-from harness.casekit import need
-from harness.properties import explore
+from harness.plugin.casekit import need
+from harness.plugin.properties import explore
 from programs.empty_init import (
     EmptyInitOpProgram, EmptyInitProgram, check_empty_init_program, empty_init_op_programs, empty_init_programs,
     figures)
 from programs.op_programs import check_op_program
 from programs.opcall import OpCall, op_calls
-from shared_declarations import FULLGRAPH_REFUSES_GRAPH_BREAK
 from programs.opinfo import about, need_op_db
+from shared_declarations import FULLGRAPH_REFUSES_GRAPH_BREAK
 
 # Compiled code runs torch.nn.init calls the enabled mode skips eagerly (the figure message below).
 INIT_NOT_SKIPPED = pytest.mark.upstream_bug(
@@ -377,7 +377,7 @@ def test_copy_copy_in_compiled_fn_under_mode(case, device, backend, fullgraph, m
     assert set(compiled.initialised) == {expected}, f"sentinel initialised: {compiled.initialised}, expected {expected}"
 
 
-# --- property cases (harness/properties.py): programs drawn around _EmptyInit -------------------------
+# --- property cases (harness/plugin/properties.py): programs drawn around _EmptyInit -------------------------
 
 PINNED_EMPTY_INIT = [EmptyInitProgram(enabled=False), EmptyInitProgram(enabled=True, mode_at="inside"),
                      EmptyInitProgram(inits=("uniform_b",), enabled=True, build="inside")]

@@ -32,8 +32,8 @@ import unittest.mock
 import pytest
 import torch
 
-from harness.casekit import GraphRecorder, need
-from harness.properties import explore
+from harness.plugin.casekit import GraphRecorder, need
+from harness.plugin.properties import explore
 from programs.nested_compile import (
     NestedProgram, check_compiled_fn_program, check_region_program, nested_op_programs, nested_programs)
 from programs.op_programs import check_op_program
@@ -349,7 +349,7 @@ def test_recompile_limit_in_nested_call(case, device, backend, fullgraph):
     assert len(recorder.graphs) < len(ks), f"{len(recorder.graphs)} graphs for {len(ks)} values of k"
 
 
-# --- property cases (harness/properties.py): programs drawn around nested compile ---------------------
+# --- property cases (harness/plugin/properties.py): programs drawn around nested compile ---------------------
 
 # The hand-written case's program, always in the table.
 PINNED_NESTED = [NestedProgram(body=("sin", "mul2", "add1"), calls=2, flow="chain", tail="plus_input")]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import ast
-import difflib
 import os
 import pathlib
+import re
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from harness.core import paths
+from harness.core.errors import BadInput
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -20,7 +20,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def check_env(args) -> int:
-    from harness import envcheck, matrix
+    from harness.core import envcheck, matrix
 
     session = matrix.find(args.session)
     found = envcheck.check(session, gpu=not args.no_gpu)
@@ -33,11 +33,9 @@ def report(args) -> int:
     """Write the report; its exit status is the nightly's: 1 for each reason printed (an expected
     session without a complete results file; a regression or a new failing case against the
     baseline unless --no-fail-on-regression), 2 for bad input (nothing written)."""
-    import re
+    from harness.report import render as reporting
 
-    from harness import report as reporting
-
-    dirs = args.dirs or ["results"]
+    dirs = args.dirs or [paths.results_dir()]
     expect = list(dict.fromkeys(name for item in args.expect or [] for name in re.split(r"[,\s]+", item) if name))
     data = reporting.build(dirs, args.baseline, expect=expect, fail_on_regression=args.fail_on_regression,
                            previous_dirs=args.previous, previous_unavailable=args.previous_unavailable)
@@ -59,74 +57,51 @@ def report(args) -> int:
     return result["status"]
 
 
-class UnknownCaseName(ValueError):
-    """A case id whose family file or test function does not exist: found without building a venv."""
-
-
-def check_case_name(case: str) -> None:
-    """The family and variant of `family/variant[params]` exist in cases/, read from the source: a
-    mistyped id is refused before any venv is built (its parameters are checked by collection)."""
-    family, slash, rest = case.partition("/")
-    variant = rest.split("[", 1)[0]
-    if not slash or not family or not variant:
-        raise UnknownCaseName(f"unknown case {case!r}: not a case id (expected family/variant[params])")
-    files = {p.stem[len("test_"):]: p for p in sorted((ROOT / "cases").glob("test_*.py"))}
-    if family not in files:
-        close = difflib.get_close_matches(family, list(files), n=3)
-        raise UnknownCaseName(f"unknown case family {family!r} in {case!r} (families: {', '.join(close or files)})")
-    tree = ast.parse(files[family].read_text())
-    variants = [node.name[len("test_"):] for node in tree.body
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")]
-    if variant not in variants:
-        close = difflib.get_close_matches(variant, variants, n=3)
-        hint = f" (did you mean {', '.join(f'{family}/{c}' for c in close)}?)" if close else ""
-        raise UnknownCaseName(f"unknown case {case!r}: {files[family].relative_to(ROOT)} has no test_{variant}{hint}")
-
-
 def repro(args) -> int:
-    from harness import preflight
-    from harness import repro as reproduction
+    from harness.core import caseid
+    from harness.tools import preflight
+    from harness.tools.repro import command as reproduction
 
     if args.case and not args.all:  # bad input costs no download: the source, then results and venvs at hand
-        check_case_name(args.case)
+        caseid.check_exists(args.case)
         if not args.python:
             preflight.check_session(args.session)
-            preflight.check_case(args.case, args.envdir, args.session, [preflight.default_results(), *args.results])
+            preflight.check_case(args.case, args.envdir, args.session, [paths.results_dir(), *args.results])
     return reproduction.command(args)
 
 
 def bisect(args) -> int:
-    from harness import bisect as bisection
-    from harness import preflight
+    from harness.core import caseid
+    from harness.tools import bisect as bisection, preflight, targets
 
     if bool(args.case) == bool(args.script):
-        raise ValueError("bisect takes a CASE_ID or --script SCRIPT (one of them)")
+        raise BadInput("bisect takes a CASE_ID or --script SCRIPT (one of them)")
     if args.script:
         args.script = preflight.check_script(args.script)
-    bisection.targets_of(args)  # an unknown row or an empty range, before the case
+    targets.targets_of(args)  # an unknown row or an empty range, before the case
     if args.case:
-        check_case_name(args.case)
+        caseid.check_exists(args.case)
     if args.case and not args.env:
         preflight.check_case(args.case, args.envdir)
     return bisection.command(args)
 
 
 def sweep(args) -> int:
-    from harness import sweep as sweeping
+    from harness.tools import sweep as sweeping
 
     return sweeping.command(args)
 
 
 def reduce(args) -> int:
-    from harness import reduce as reduction
+    from harness.tools import reduce as reduction
 
     return reduction.command(args)
 
 
 def lightning_newest(args) -> int:
-    from harness import lightning
+    from harness.tools import lightning_releases
 
-    return lightning.command(args)
+    return lightning_releases.command(args)
 
 
 def add_axis(command, first: str, last: str) -> None:
@@ -219,24 +194,20 @@ def parser() -> argparse.ArgumentParser:
     lit = commands.add_parser("lightning-newest", help="the newest Lightning that supports each torch row, from "
                               "the registry's metadata, against the table's `lightning_newest`")
     lit.add_argument("--write", action="store_true", help="record the resolved values in the table")
-    lit.add_argument("--matrix", default=str(ROOT / "harness" / "matrix.toml"), help=argparse.SUPPRESS)
+    lit.add_argument("--matrix", help=argparse.SUPPRESS)  # another table (the tests'); default the matrix's
     lit.set_defaults(func=lightning_newest)
     return main
 
 
 def exit_code(error: Exception) -> int | None:
     """Every error the command line reports, as one line and an exit status: 2 for what the user
-    asked for that does not exist or does not fit (a session, a case, a version range, a results
-    file, an environment that does not match its pins), 1 for what could not be done."""
-    from harness.envcheck import EnvironmentMismatch
-    from harness.matrix import MatrixError
-    from harness.records import ResultsError
-    from harness.report import ReportError
-    from harness.repro import ReproError, UnknownCase
-    from harness.sessions import SessionError
+    asked for that does not exist or does not fit (BadInput: a session, a case, a version range, a
+    results file, an environment that does not match its pins), 1 for what could not be done; None
+    for anything else, a bug of the harness, whose traceback is the useful part."""
+    from harness.core.venvs import SessionError
+    from harness.tools.repro.errors import ReproError
 
-    for kinds, code in (((MatrixError, EnvironmentMismatch, ReportError, ResultsError, UnknownCase, ValueError), 2),
-                        ((ReproError, SessionError, OSError), 1)):
+    for kinds, code in ((BadInput, 2), ((ReproError, SessionError, OSError), 1)):
         if isinstance(error, kinds):
             return code
     return None

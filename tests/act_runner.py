@@ -18,7 +18,8 @@ import subprocess
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from harness.core.paths import ROOT
+
 ACT_DIR = ROOT / "tests" / "act"
 EVENTS = ACT_DIR / "events"
 ACT = shutil.which("act", path=str(pathlib.Path(sys.executable).parent)) or shutil.which("act")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness import matrix
+from harness.core import matrix
 from tests import act_runner
 from tests.act_runner import EVENTS, ROOT, branch, make_repository, run_act
 from tests.fake_github import FakeGitHub

@@ -6,7 +6,10 @@ import sys
 
 import pytest
 
-from harness import bisect, matrix, repro, sessions
+from harness.core import matrix, sessions, venvs, versions
+from harness.core.errors import BadInput
+from harness.tools import bisect, lightning_releases, targets as bisect_targets
+from harness.tools.repro import collector
 from tests.conftest import ROOT
 
 CASE = "checkpoint/plain_checkpoint[cpu-aot_eager-fullgraph]"
@@ -14,23 +17,23 @@ CASE = "checkpoint/plain_checkpoint[cpu-aot_eager-fullgraph]"
 
 def harness(*args, timeout=1800):
     return subprocess.run([sys.executable, "-m", "harness", "bisect", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=repro.clean_env())
+                          text=True, timeout=timeout, env=sessions.clean_env())
 
 
 def test_version_ranges_compare_as_many_parts_as_given():
-    assert bisect.in_range("2.4.1", "2.4", "2.5")
-    assert bisect.in_range("2.5.1", "2.4", "2.5")
-    assert not bisect.in_range("2.6.0", "2.4", "2.5")
-    assert not bisect.in_range("2.10.0", "2.9.1", "2.9")
-    assert bisect.version_key("2.15.0+cu132") == (2, 15, 0)
-    targets = bisect.plan("2.4", "2.6", "cpu", envdir=pathlib.Path("/nonexistent"))
+    assert versions.in_range("2.4.1", "2.4", "2.5")
+    assert versions.in_range("2.5.1", "2.4", "2.5")
+    assert not versions.in_range("2.6.0", "2.4", "2.5")
+    assert not versions.in_range("2.10.0", "2.9.1", "2.9")
+    assert versions.release("2.15.0+cu132") == (2, 15, 0)
+    targets = bisect_targets.torch_targets("2.4", "2.6", "cpu", envdir=pathlib.Path("/nonexistent"))
     # one session per torch row: the plain one (cpu_torch25_py310_pyg is another environment of 2.5.1)
     assert [(t.version, t.session) for t in targets] == [("2.4.1", "cpu_torch24"), ("2.5.1", "cpu_torch25"),
                                                          ("2.6.0", "cpu_torch26")]
-    cuda = bisect.plan("2.1", "2.1", "cuda", envdir=pathlib.Path("/nonexistent"))
+    cuda = bisect_targets.torch_targets("2.1", "2.1", "cuda", envdir=pathlib.Path("/nonexistent"))
     assert [t.session for t in cuda] == ["cuda12_torch21"]  # the registry's wheel
-    with pytest.raises(ValueError, match="no cpu row"):
-        bisect.plan("3.0", None, "cpu")
+    with pytest.raises(BadInput, match="no cpu row"):
+        bisect_targets.torch_targets("3.0", None, "cpu")
 
 
 @pytest.mark.parametrize(("outcomes", "built"), [
@@ -42,7 +45,7 @@ def test_version_ranges_compare_as_many_parts_as_given():
 ])
 def test_a_bisection_runs_about_log2_n_plus_one_versions(monkeypatch, tmp_path, outcomes, built):
     # The outcomes of 15 rows, one change (or none); which venvs "exist" is given by `built`.
-    targets = [bisect.Target(f"2.{i}.0", f"cpu_torch2{i}", tmp_path / f"v{i}" / "python", object())
+    targets = [bisect_targets.Target(f"2.{i}.0", f"cpu_torch2{i}", tmp_path / f"v{i}" / "python", object())
                for i in range(len(outcomes))]
     for index in built | {0, len(outcomes) - 1}:
         targets[index].python.parent.mkdir(parents=True)
@@ -56,8 +59,8 @@ def test_a_bisection_runs_about_log2_n_plus_one_versions(monkeypatch, tmp_path, 
         path.write_text("")
         return path
 
-    monkeypatch.setattr(sessions, "ensure_venv", build)
-    monkeypatch.setattr(repro, "collect", lambda python, ids: {"cases": {CASE: {"nodeid": "n"}}})
+    monkeypatch.setattr(venvs, "ensure_venv", build)
+    monkeypatch.setattr(collector, "collect", lambda python, ids: {"cases": {CASE: {"nodeid": "n"}}})
     monkeypatch.setattr(bisect, "run_case", lambda target, nodeid, case: bisect.Result(
         target, outcomes[targets.index(target)]))
     search = bisect.Bisection(targets, CASE, build=True, envdir=None)
@@ -101,10 +104,10 @@ def test_unknown_case_lists_the_closest_ids():
 @pytest.mark.slow
 def test_finds_the_boundary_of_a_real_fix_in_the_matrix_venvs():
     # pytorch/pytorch#113263: an eager checkpoint of a compiled function fails before 2.5, passes from 2.5.
-    rows = [n for n in ("cpu_torch24", "cpu_torch25") if not sessions.venv_python(n).exists()]
+    rows = [n for n in ("cpu_torch24", "cpu_torch25") if not venvs.venv_python(n).exists()]
     if rows:
         pytest.skip(f"needs the venvs of {', '.join(rows)} (nox -s SESSION --install-only)")
-    found = repro.collect(sys.executable, ["*"])["ids"]
+    found = collector.collect(sys.executable, ["*"])["ids"]
     case = next(c for c in found if c.startswith("autocast/eager_checkpoint_of_compiled") and "cpu" in c)
     done = harness(case, "--from", "2.4", "--to", "2.5", "--no-build")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -117,11 +120,9 @@ FLOW = "empty_init/reporter_flow_fit_save_load_infer[inductor-fullgraph-linear-t
 
 
 def registry_reachable() -> bool:
-    from harness import lightning
-
     try:
-        lightning.releases("lightning")
-    except lightning.RegistryError:
+        lightning_releases.releases("lightning")
+    except lightning_releases.RegistryError:
         return False
     return True
 
@@ -132,24 +133,24 @@ needs_registry = pytest.mark.skipif("not registry_reachable()", reason="the pack
 @needs_registry
 def test_along_lightning_the_releases_from_the_rows_own_to_the_newest_that_supports_its_torch(tmp_path):
     era, newest = matrix.find("cpu_torch25"), matrix.find("cpu_torch25_lightning_newest")
-    shared = sessions.lightning_venv(era, tmp_path) / "bin" / "python"
-    targets = bisect.plan_lightning("2.5", envdir=tmp_path)  # nothing built: every release in the row's one venv
+    shared = venvs.lightning_venv(era, tmp_path) / "bin" / "python"
+    targets = bisect_targets.lightning_targets("2.5", envdir=tmp_path)  # nothing built: every release in the row's one venv
     assert all(t.outside and t.python == shared for t in targets)
     for end in (era, newest):  # the ends' session venvs, once built, are used as they are
-        sessions.venv_python(end.name, tmp_path).parent.mkdir(parents=True)
-        sessions.venv_python(end.name, tmp_path).write_text("")
-    targets = bisect.plan_lightning("2.5", envdir=tmp_path)
+        venvs.venv_python(end.name, tmp_path).parent.mkdir(parents=True)
+        venvs.venv_python(end.name, tmp_path).write_text("")
+    targets = bisect_targets.lightning_targets("2.5", envdir=tmp_path)
     assert (targets[0].version, targets[0].session) == (era.lightning, "cpu_torch25")
     assert (targets[-1].version, targets[-1].session) == (newest.lightning, newest.name)
-    assert [bisect.version_key(t.version) for t in targets] == sorted(bisect.version_key(t.version) for t in targets)
+    assert [versions.release(t.version) for t in targets] == sorted(versions.release(t.version) for t in targets)
     assert len(targets) > 4 and not any(t.outside for t in (targets[0], targets[-1]))
     for target in targets:
         assert target.spec.torch == "2.5.1" and target.spec.extra == era.extra and target.spec.lightning == target.version
         assert not target.spec.lightning_of  # the case's node id runs, not the Lightning-axis selection
         assert target.outside == (target.session not in (era.name, newest.name))
-        assert target.python == (shared if target.outside else sessions.venv_python(target.session, tmp_path))
+        assert target.python == (shared if target.outside else venvs.venv_python(target.session, tmp_path))
         assert f"lightning=={target.version}" in target.spec.requirements
-    narrowed = bisect.plan_lightning("2.5", "2.5.1", "2.5", envdir=tmp_path)
+    narrowed = bisect_targets.lightning_targets("2.5", "2.5.1", "2.5", envdir=tmp_path)
     assert [t.version for t in narrowed][0] == "2.5.1" and all(t.version.startswith("2.5.") for t in narrowed)
 
 
@@ -173,12 +174,12 @@ def test_bad_input_along_lightning_is_one_line_before_any_build(tmp_path, args, 
 def test_a_bisection_along_lightning_names_the_first_release_that_changes(monkeypatch, tmp_path, capsys):
     # No venv built: the row's one venv along Lightning is built once and its Lightning switched for
     # each release that runs; the outcomes of the releases are given.
-    targets = bisect.plan_lightning("2.5", envdir=tmp_path)
+    targets = bisect_targets.lightning_targets("2.5", envdir=tmp_path)
     change = next(i for i, t in enumerate(targets) if t.version == "2.5.3")
     built, switched = [], []
 
     def with_lightning(spec, location):
-        assert spec.torch == "2.5.1" and location == sessions.lightning_venv(matrix.find("cpu_torch25"), tmp_path)
+        assert spec.torch == "2.5.1" and location == venvs.lightning_venv(matrix.find("cpu_torch25"), tmp_path)
         switched.append(spec.lightning)
         fresh = not location.exists()
         if fresh:
@@ -187,10 +188,10 @@ def test_a_bisection_along_lightning_names_the_first_release_that_changes(monkey
             (location / "bin" / "python").write_text("")
         return location / "bin" / "python", fresh
 
-    monkeypatch.setattr(bisect, "plan_lightning", lambda *args, **kwargs: targets)
-    monkeypatch.setattr(sessions, "with_lightning", with_lightning)
-    monkeypatch.setattr(sessions, "ensure_venv", lambda *a, **k: pytest.fail("no session venv is built along Lightning"))
-    monkeypatch.setattr(repro, "collect", lambda python, ids: {"cases": {FLOW: {"nodeid": "n"}}})
+    monkeypatch.setattr(bisect, "targets_of", lambda args: targets)
+    monkeypatch.setattr(venvs, "with_lightning", with_lightning)
+    monkeypatch.setattr(venvs, "ensure_venv", lambda *a, **k: pytest.fail("no session venv is built along Lightning"))
+    monkeypatch.setattr(collector, "collect", lambda python, ids: {"cases": {FLOW: {"nodeid": "n"}}})
     monkeypatch.setattr(bisect, "run_case", lambda target, nodeid, case: bisect.Result(
         target, "known" if targets.index(target) < change else "fixed"))
     args = __import__("harness.__main__").__main__.parser().parse_args(

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from harness.casekit import CaseRun, need
+from harness.plugin.casekit import CaseRun, need
 
 
 def wrong_backend(offset=0.0, dtype=None):

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from harness import envcheck, matrix
+from harness.core import envcheck, matrix
 from tests.conftest import ROOT
 
 SESSIONS = matrix.load()
@@ -103,7 +103,7 @@ def test_every_command_refuses_bad_input_in_one_line(tmp_path, args, message):
 
 
 def test_reuse_planner_refuses_an_unknown_session(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "harness.reuse", "cpu_torch99", "--plan", str(tmp_path / "p")],
+    result = subprocess.run([sys.executable, "-m", "harness.plugin.reuse", "cpu_torch99", "--plan", str(tmp_path / "p")],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("error: unknown session 'cpu_torch99'")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness import records
+from harness.core import paths, records
 from tests.conftest import ROOT, copy_project, run_nox
 from tests.test_isolation import (PLANTED_HEADER, SESSION, by_variant, case_records, ok_case,
                                   run_session_command, session_env)  # noqa: F401 (a fixture, used by name)
@@ -122,7 +122,7 @@ def test_the_planted_file_through_nox_leaves_honest_bounded_records_and_a_clean_
     done = run_nox(project, "-s", SESSION.name, "--", f"tests/planted/{PLANTED.name}", "--timeout", "60",
                    results=results)
     assert done.returncode == 1, done.stderr[-3000:]  # the planted failures fail the session
-    path = records.results_path(results, SESSION.name)
+    path = paths.results_path(SESSION.name, results)
     lines = path.read_text(encoding="utf-8").splitlines()
     assert max(len(line.encode()) for line in lines) <= records.LINE_LIMIT
     cases = by_variant(case_records(path))

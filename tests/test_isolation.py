@@ -1,6 +1,6 @@
 """A fault costs its case alone, in the command the sessions run (real xdist workers, real torch).
 
-Every run here uses `harness.sessions.pytest_args`, the function the noxfile builds each session's
+Every run here uses `harness.core.sessions.pytest_args`, the function the noxfile builds each session's
 pytest command with, so that a change of scheduling or options cannot leave these tests green and
 the sessions broken. The last test plants faults in a real family and runs `nox -s SESSION`.
 """
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness import matrix, records, sessions
+from harness.core import matrix, records, sessions
 from tests.conftest import ROOT, copy_project, run_nox
 
 SESSION = matrix.find("cpu_torch215")
@@ -193,7 +193,7 @@ def test_runs(case):
 
 
 def test_the_warm_up_imports_what_the_cases_need(pytester, session_env):
-    from harness.runner import case_modules
+    from harness.plugin.warmup import case_modules
 
     needed = case_modules()
     assert "lightning.fabric.utilities.init" in needed, needed  # cases/test_empty_init.py's need()

@@ -3,8 +3,9 @@
 import sys
 import xml.etree.ElementTree as ElementTree
 
-from harness import junit, matrix, records, sessions
-from harness.outcomes import OUTCOMES
+from harness.core import matrix, records, sessions
+from harness.plugin import junit
+from harness.core.outcomes import OUTCOMES
 from tests.conftest import ROOT
 
 FAMILY = '''

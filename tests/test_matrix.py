@@ -1,6 +1,7 @@
 import pytest
 
-from harness import matrix
+from harness.core import matrix
+from harness.tools import lightning_releases
 from packaging.version import Version
 
 SESSIONS = matrix.load()
@@ -118,7 +119,7 @@ def test_every_cpu_row_has_both_lightning_releases():
 
 
 def test_lightning_sessions_run_only_the_cases_that_use_lightning():
-    from harness import sessions
+    from harness.core import sessions
 
     assert "--lightning-cases" in sessions.case_options(matrix.find("cpu_torch25_lightning_newest", SESSIONS))
     assert "--lightning-cases" not in sessions.case_options(matrix.find("cpu_torch25", SESSIONS))
@@ -135,11 +136,9 @@ def lightning_newest(*args):
 
 
 def registry_reachable() -> bool:
-    from harness import lightning
-
     try:
-        lightning.releases("lightning")
-    except lightning.RegistryError:
+        lightning_releases.releases("lightning")
+    except lightning_releases.RegistryError:
         return False
     return True
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness import envcheck, matrix, records, sessions
+from harness.core import envcheck, matrix, paths, records, venvs
 from tests.conftest import ROOT
 
 
@@ -61,13 +61,13 @@ def test_a_lightning_session_runs_only_the_cases_that_use_lightning(tmp_path):
     name = "cpu_torch25_lightning_newest"
     selection = "plain_checkpoint and eager and fullgraph or init_module_around_compiled_init_call and eager and full_init"
     result = nox("-s", name, "--", "cases/test_checkpoint.py", "cases/test_empty_init.py", "-k", selection,
-                 env={records.RESULTS_ENV: str(tmp_path)})
+                 env={paths.RESULTS_ENV: str(tmp_path)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     back = records.read(tmp_path / f"{name}.jsonl")
     cases = [r["case"] for r in back if r["kind"] == "case"]
     assert cases and all(c.startswith("empty_init/init_module_around_compiled_init_call[") for c in cases), cases
     # The same selection without the Lightning axis's own takes a checkpoint case too: the row's session runs it.
-    collected = subprocess.run([str(sessions.venv_python(name)), "-m", "pytest", "--collect-only", "-q",
+    collected = subprocess.run([str(venvs.venv_python(name)), "-m", "pytest", "--collect-only", "-q",
                                 "-p", "no:cacheprovider", "cases/test_checkpoint.py", "-k", selection],
                                cwd=ROOT, capture_output=True, text=True)
     assert "test_checkpoint.py::test_plain_checkpoint[" in collected.stdout, collected.stdout[-2000:]
@@ -88,7 +88,7 @@ def test_plain_listing_has_one_line_per_session():
 
 @pytest.mark.skipif(bool(envcheck.host_gpus()), reason="this machine has a GPU")
 def test_cuda_session_without_gpu_stops_clearly(tmp_path):
-    result = nox("-s", "cuda12_torch25", "--envdir", str(tmp_path / "envs"), env={records.RESULTS_ENV: str(tmp_path)})
+    result = nox("-s", "cuda12_torch25", "--envdir", str(tmp_path / "envs"), env={paths.RESULTS_ENV: str(tmp_path)})
     assert result.returncode != 0
     assert "runs CUDA cases but this machine has no GPU" in result.stderr
     assert not list(tmp_path.glob("*.jsonl"))
@@ -117,7 +117,7 @@ def test_check_env_cli_unknown_session():
 
 @pytest.mark.slow
 def test_install_only_builds_and_runs_nothing(tmp_path):
-    result = nox("-s", "cpu_torch215", "--install-only", env={records.RESULTS_ENV: str(tmp_path)})
+    result = nox("-s", "cpu_torch215", "--install-only", env={paths.RESULTS_ENV: str(tmp_path)})
     assert result.returncode == 0, result.stderr[-3000:]
     assert not list(tmp_path.iterdir())
 
@@ -125,7 +125,7 @@ def test_install_only_builds_and_runs_nothing(tmp_path):
 @pytest.mark.slow
 def test_a_file_after_the_dashes_narrows_the_session(tmp_path):
     result = nox("-s", "cpu_torch215", "--", "cases/test_checkpoint.py", "-k", "plain_checkpoint and eager",
-                 env={records.RESULTS_ENV: str(tmp_path)})
+                 env={paths.RESULTS_ENV: str(tmp_path)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     cases = [r for r in records.read(tmp_path / "cpu_torch215.jsonl") if r["kind"] == "case"]
     assert cases and all(r["case"].startswith("checkpoint/plain_checkpoint[") and "eager" in r["case"] for r in cases)
@@ -135,7 +135,7 @@ def test_a_file_after_the_dashes_narrows_the_session(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(bool(envcheck.host_gpus()), reason="this machine has a GPU")
 def test_a_cuda_session_builds_checks_and_collects_without_a_gpu(tmp_path):
-    result = nox("-s", "cuda13_torch215", "--", "--collect-only", "-q", env={records.RESULTS_ENV: str(tmp_path)})
+    result = nox("-s", "cuda13_torch215", "--", "--collect-only", "-q", env={paths.RESULTS_ENV: str(tmp_path)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert "cuda13_torch215: torch 2.15.0" in output and "(CUDA 13." in output  # the wheel's CUDA major, checked
@@ -146,16 +146,16 @@ def test_a_cuda_session_builds_checks_and_collects_without_a_gpu(tmp_path):
 def test_install_variables_are_recorded_and_a_change_rebuilds(tmp_path):
     envs, results = tmp_path / "envs", tmp_path / "results"
     first = nox("-s", "cpu_torch215", "--envdir", str(envs), "--", "-k", "plain_checkpoint and eager",
-                env={records.RESULTS_ENV: str(results)})
+                env={paths.RESULTS_ENV: str(results)})
     assert first.returncode == 0, first.stderr[-3000:]
     marker = "UV_EXCLUDE_NEWER=2100-01-01T00:00:00Z"  # changes nothing that resolves today, but could
     second = nox("-s", "cpu_torch215", "--envdir", str(envs), "--", "-k", "plain_checkpoint and eager",
-                 env={records.RESULTS_ENV: str(results), "UV_EXCLUDE_NEWER": "2100-01-01T00:00:00Z"})
+                 env={paths.RESULTS_ENV: str(results), "UV_EXCLUDE_NEWER": "2100-01-01T00:00:00Z"})
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"installing with {marker} from the environment" in second.stderr
     assert "pins changed: rebuilding the environment" in second.stderr
     environment = records.read(results / "cpu_torch215.jsonl")[0]
-    assert environment["install_environment"] == {**sessions.install_environment(),  # what the shell sets already
+    assert environment["install_environment"] == {**venvs.install_environment(),  # what the shell sets already
                                                   "UV_EXCLUDE_NEWER": "2100-01-01T00:00:00Z"}
 
 
@@ -169,7 +169,7 @@ def test_session_end_to_end(tmp_path, name):
     """Build the session's venv from its pins, check it, run real cases, write results."""
     spec = matrix.find(name)
     result = nox("-s", name, "--envdir", str(tmp_path / "envs"), "--", "-k", E2E_SELECTION,
-                 env={records.RESULTS_ENV: str(tmp_path / "results")})
+                 env={paths.RESULTS_ENV: str(tmp_path / "results")})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"{name}: torch {spec.torch}" in result.stdout + result.stderr  # check-env confirmed the pins
     back = records.read(tmp_path / "results" / f"{name}.jsonl")
@@ -178,10 +178,10 @@ def test_session_end_to_end(tmp_path, name):
     assert env["torch"].split("+")[0] == spec.torch
     assert env["lightning"] == env["pytorch_lightning"] == spec.lightning
     assert env["python"].startswith(spec.python)
-    if env["torch_wheel"]["build"] == sessions.CPU_BUILD:  # PyTorch's CPU index was reachable
+    if env["torch_wheel"]["build"] == venvs.CPU_BUILD:  # PyTorch's CPU index was reachable
         assert env["torch"] == f"{spec.torch}+cpu" and env["cuda"] is None
     else:  # the registry's CUDA build, which runs on CPU
-        assert env["torch_wheel"]["build"] == sessions.REGISTRY_BUILD
+        assert env["torch_wheel"]["build"] == venvs.REGISTRY_BUILD
         assert env["cuda"] and env["cuda"].split(".")[0] in ("12", "13")
     assert f"torch=={spec.torch}" in {p.split("+")[0] for p in env["packages"]}
     assert env["collect_env"].startswith("PyTorch version:")
@@ -199,7 +199,7 @@ def test_explore_without_a_session_is_an_error():
 @pytest.mark.slow
 def test_explore_draws_the_asked_examples_into_results_explore(tmp_path):
     result = nox("-s", "explore", "--", "cpu_torch215", "--examples", "2",
-                 "cases/test_checkpoint.py::test_property_checkpoint[cpu-graphbreaks-eager]", env={records.RESULTS_ENV: str(tmp_path)})
+                 "cases/test_checkpoint.py::test_property_checkpoint[cpu-graphbreaks-eager]", env={paths.RESULTS_ENV: str(tmp_path)})
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
     assert not (tmp_path / "cpu_torch215.jsonl").exists()  # the table's records are left alone
     cases = [r for r in records.read(tmp_path / "explore" / "cpu_torch215.jsonl") if r["kind"] == "case"]

@@ -6,13 +6,14 @@ import sys
 
 import pytest
 
-from harness import preflight, repro
+from harness.core import sessions
+from harness.tools import preflight
 from tests.conftest import ROOT
 
 
 def harness(*args, timeout=600):
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=repro.clean_env())
+                          timeout=timeout, env=sessions.clean_env())
 
 
 @pytest.mark.parametrize("command", [
@@ -35,6 +36,9 @@ def test_an_unknown_case_id_builds_nothing(tmp_path, command):
     (["sweep", "README.md"], "error: README.md is not Python"),
     (["sweep", "noxfile.py", "--from", "2.20"], "error: no cpu row of the matrix has a torch between 2.20"),
     (["sweep", "noxfile.py", "--from", "2.15", "--to", "2.12"], "error: no cpu row of the matrix"),
+    (["sweep", "noxfile.py", "--from", "2.1x"], "error: not a version: '2.1x'"),
+    (["sweep", "noxfile.py", "--memory-limit", "lots"], "error: memory limit 'lots': expected N%"),
+    (["bisect", "--script", "noxfile.py", "--env", "two=python3"], "error: not a version: 'two'"),
     (["bisect", "checkpoint/plain_checkpoint[cpu-eager-fullgraph]", "--from", "2.20"], "error: no cpu row"),
     (["reduce", "--script", "noxfile.py", "--session", "cpu_torch99"], "error: unknown session 'cpu_torch99'"),
     (["repro", "checkpoint/plain_checkpoint[cpu-eager-fullgraph]", "--session", "cpu_torch99"],

@@ -1,10 +1,11 @@
-"""harness.properties: the table draws the same bounded examples every time, runs all of them and
+"""harness.plugin.properties: the table draws the same bounded examples every time, runs all of them and
 raises what failed (several ways: a group the outcomes classify leaf by leaf); explore shrinks."""
 
 import pytest
 from hypothesis import strategies as st
 
-from harness import outcomes, properties
+from harness.core import outcomes
+from harness.plugin import properties
 
 
 class FakeCase:

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from harness.outcomes import OUTCOMES
+from harness.core.outcomes import OUTCOMES
 from tests.conftest import ROOT, copy_project
 
 README = (ROOT / "README.md").read_text()
@@ -56,3 +56,20 @@ def test_the_set_up_works_with_the_system_python_in_one_command(tmp_path):
                             text=True, timeout=300)
     assert listed.returncode == 0, listed.stderr
     assert "* cpu_torch215" in listed.stdout  # the main job, the one plain `nox` runs
+
+
+def test_every_harness_file_and_module_the_docs_name_exists():
+    """The README's and docs' mentions of the harness (`harness/core/records.py`, `harness.core.venvs`)
+    follow the code when it moves."""
+    named = set()
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text()
+        named |= {m.rstrip(".,") for m in re.findall(r"\bharness/[\w./-]*", text)}
+        named |= {m.replace(".", "/").rstrip("/") for m in re.findall(r"\bharness(?:\.[a-z_]+)+", text)}
+    missing = []
+    for name in sorted(named):
+        # a dotted name may end in a function (harness.core.venvs.torch_wheel): some prefix is a module
+        prefixes = [name.rsplit("/", n)[0] for n in range(name.count("/") + 1)]
+        if not any((ROOT / p).exists() or (ROOT / f"{p}.py").exists() for p in prefixes if p != "harness"):
+            missing.append(name)
+    assert not missing, f"named in the docs, not in the checkout: {missing}"

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from harness import matrix, records, report, sessions
+from harness.core import matrix, records, sessions
+from harness.report import render
 from tests.conftest import ROOT
 
 SESSION = matrix.find("cpu_torch215")
@@ -43,7 +44,7 @@ def test_hangs(case):
     back = records.read(path)
     assert [r.get("params", {}).get("variant") for r in back if r["kind"] == "case"] == ["one", "two"]
     assert back[-1]["kind"] == "case"  # no end record
-    data = report.build([out])
+    data = render.build([out])
     assert data["sessions"][0]["complete"] is False and data["sessions"][0]["finished"] is False
 
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from harness import records
+from harness.core import paths, records
 
 ENV = {"kind": "environment", "session": "s"}
 CASE = {"kind": "case", "case": "f/v", "outcome": "pass"}
@@ -104,7 +104,7 @@ def test_records_carry_no_path_of_this_machine(tmp_path):
 def test_schema_1_files_read_as_schema_2(tmp_path):
     """Results written before `reference`/`declared` and the environment's identity stay readable:
     the matched reference is the first of `upstream` where the outcome names one."""
-    path = records.results_path(tmp_path, "cpu_torch25_py310_pyg")
+    path = paths.results_path("cpu_torch25_py310_pyg", tmp_path)
     old = [{"schema": 1, "kind": "environment", "session": "cpu_torch25_py310_pyg", "torch": "2.5.1+cu124"},
            {"schema": 1, **CASE, "case": "f/a", "outcome": "known", "upstream": ["o/r#1", "o/r#2"]},
            {"schema": 1, **CASE, "case": "f/b", "outcome": "fail", "upstream": ["o/r#1"]},
@@ -127,11 +127,21 @@ def test_a_session_outside_the_matrix_is_its_own_row():
         "plain": "local_torch2.13.0", "lightning_of": None}
 
 
-def test_case_records_from_a_run_that_still_reports_upstream():
-    record = records.case_record({**CASE, "outcome": "limitation", "family": "f", "upstream": ["https://docs/x"]},
-                                 duration=1.0)
-    assert record["reference"] == "https://docs/x" and record["declared"] == [{"ref": "https://docs/x"}]
-    assert "upstream" not in record and record["duration"] == 1.0
+def test_a_case_record_is_made_of_the_phase_data_a_report_carries():
+    class Report:  # pytest's TestReport, as far as the record schema reads it
+        user_properties = [("other", {}), (records.PHASE_PROPERTY, {"outcome": "pass"})]
+
+    identity = {"case": "f/a[x]", "family": "f", "params": {"variant": "a"}, "nodeid": "cases/test_f.py::test_a[x]"}
+    declared = [{"kind": "limitation", "ref": "https://docs/x", "raises": ["E"], "match": None, "since": None,
+                 "until": None}]
+    data = records.phase_data(identity, "call", "limitation", exc_type="E", message="m", reference="https://docs/x",
+                              declared=declared, metrics={"graphs": 1}, output_tail="tail")
+    records.attach_phase(Report, data)
+    assert records.phase_of(Report) is data  # the last one attached
+    record = records.case_record(records.phase_of(Report), duration=1.0, nodeid=identity["nodeid"])  # as the recorder
+    assert record == {"kind": "case", **identity, "outcome": "limitation", "exc_type": "E", "message": "m",
+                      "reference": "https://docs/x", "declared": declared, "duration": 1.0, "output_tail": "tail"}
+    assert records.phase_of(type("Report", (), {"user_properties": [("other", {})]})) is None
 
 
 # --- size bounds ---------------------------------------------------------------------------------

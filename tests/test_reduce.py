@@ -10,7 +10,9 @@ import traceback
 
 import pytest
 
-from harness import reduce, repro, scriptrun
+from harness.core import sessions
+from harness.tools import reduce, scriptrun
+from harness.tools.repro import collector, script as repro_script
 from tests.conftest import ROOT
 from tests.test_sweep import USER_SCRIPT
 
@@ -95,10 +97,10 @@ def test_candidate_runs_are_cached_and_the_time_limit_keeps_the_best():
 
 def test_a_recorded_failure_gives_the_signature():
     known = {"case": "c", "outcome": "known", "exc_type": "torch._dynamo.exc.InternalTorchDynamoError",
-             "message": "NotImplementedError: checkpoint not implemented for <class 'x'> at 0x7f00", "upstream": ["o/r#1"]}
+             "message": "NotImplementedError: checkpoint not implemented for <class 'x'> at 0x7f00", "reference": "o/r#1"}
     declared = [{"kind": "known", "ref": "o/r#1", "raises": ["InternalTorchDynamoError"], "match": "checkpoint not impl"}]
     assert reduce.signature_of(known, declared) == reduce.Signature("InternalTorchDynamoError", "checkpoint not impl")
-    failed = {**known, "outcome": "fail", "exc_type": "builtins.AssertionError", "upstream": [],
+    failed = {**known, "outcome": "fail", "exc_type": "builtins.AssertionError", "reference": None,
               "message": "enabled=True: compiled {'sentinels_initialised': 2, 'rng_advanced': True}, eager {}"}
     signature = reduce.signature_of(failed, declared)
     assert signature.exception == "AssertionError"
@@ -107,8 +109,8 @@ def test_a_recorded_failure_gives_the_signature():
 
 
 def test_an_export_without_its_plumbing_raises_the_bug_itself():
-    info = repro.collect(sys.executable, [CASE])["cases"][CASE]
-    plain = reduce.strip_plumbing(repro.build_script(info))
+    info = collector.collect(sys.executable, [CASE])["cases"][CASE]
+    plain = reduce.strip_plumbing(repro_script.build_script(info))
     compile(plain, "plain.py", "exec")
     for plumbing in ("EXPECTED", "OUTCOME", "sys.exit", "traceback.print_exc", "__main__", "except Exception"):
         assert plumbing not in plain
@@ -133,7 +135,7 @@ def test_a_real_reduction_in_the_session_venv(tmp_path):
     out = tmp_path / "reduced.py"
     done = subprocess.run([sys.executable, "-m", "harness", "reduce", "--script", str(script), "--session",
                            "cpu_torch215", "--time-limit", "300", "--out", str(out)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=1800, env=repro.clean_env())
+                          text=True, timeout=1800, env=sessions.clean_env())
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     reduced = out.read_text()
     assert reduce.line_count(reduced) < reduce.line_count(script.read_text())  # the header line included

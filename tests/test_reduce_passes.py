@@ -1,6 +1,6 @@
-"""harness.reduce_passes: each rewrite on a small source, with cheap predicates (no torch)."""
+"""harness.tools.reduce_passes: each rewrite on a small source, with cheap predicates (no torch)."""
 
-from harness import reduce_passes
+from harness.tools import reduce_passes
 
 
 def first(candidates):

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from harness import analysis, records, report
+from harness.core import outcomes, records
+from harness.report import analysis, render
 from tests.conftest import ROOT
 
 NO_GPU = "no CUDA device: torch.cuda.is_available() is False"
@@ -101,7 +102,7 @@ def section(text, heading):
 def test_report_opens_on_failing_groups_known_bugs_regressions_then_the_rest(matrix, tmp_path):
     base = tmp_path / "base"
     write_session(base, "cpu_torch26", "2.6.0", {CK: "pass"})
-    report.write(report.build([matrix], [base]), tmp_path / "out")
+    render.write(render.build([matrix], [base]), tmp_path / "out")
     text = (tmp_path / "out" / "REPORT.md").read_text()
     order = ["# torch.compile compatibility report", "6 sessions on torch 2.4.1 to 2.6.0", "Exit status",
              "## Failing on the newest torch", "## Known bugs and documented limitations",
@@ -127,7 +128,7 @@ def test_failing_on_the_newest_torch_grouped_by_bug_with_its_commands(matrix):
         OLD: {"outcome": "fail", "message": "Tensor-likes are not close!"}, CK: "pass",
         TE: {"outcome": "fail", "exc_type": "KeyError", "message": "key 0x7f3a2c at /tmp/a/b.py:12",
              "upstream": [TE_REF]}, PARAM: "limitation", REGION: "skip", CK_GPU: "skip", TE_GPU: "skip"})
-    data = report.build([matrix])
+    data = render.build([matrix])
     groups = [(g["line"], g["signature"], [c["case"] for c in g["cases"]], g["versions"]) for g in data["failing"]]
     assert groups == [
         ("cpu", "AssertionError: Tensor-likes are not close!", [NEST, OLD], ["2.5.1", "2.6.0", "2.7.1"]),
@@ -135,7 +136,7 @@ def test_failing_on_the_newest_torch_grouped_by_bug_with_its_commands(matrix):
         ("cuda12", "crash: worker died", [CK_GPU], ["2.6.0+cu124"]),
     ]  # NEST failed on 2.6 and 2.7, OLD on 2.5 and 2.7: the group's versions are their union
     assert data["failing"][1]["declared"] == [{"ref": TE_REF}]  # declared, did not match
-    text = section(report.render_markdown(data), "## Failing on the newest torch")
+    text = section(render.render_markdown(data), "## Failing on the newest torch")
     assert "### 1. ❌ AssertionError: Tensor-likes are not close!" in text
     assert "- **2 cases** on cpu, torch 2.7.1; the same failure on torch 2.5.1, 2.6.0, 2.7.1" in text
     assert f"- reproduce: `nox -s repro -- '{NEST}' --session cpu_torch27`" in text
@@ -158,23 +159,23 @@ def test_known_bugs_grouped_by_the_one_reference_each_case_matched(matrix):
         TE: {"outcome": "known", "upstream": [PYG_REF, TE_REF]},  # matched the first, declared both
         PARAM: {"outcome": "limitation"}, CK: {"outcome": "fixed", "upstream": [TE_REF]},
         NEST: "pass", OLD: "pass", REGION: "skip", CK_GPU: "skip", TE_GPU: "skip"})
-    data = report.build([matrix])
+    data = render.build([matrix])
     groups = [(g["kind"], g["ref"], [(c["case"], c["line"], c["outcome"]) for c in g["cases"]]) for g in data["known"]]
     assert groups == [
         ("known", TE_REF, [(CK, "cpu", "fixed"), (TE, "cuda12", "known")]),
         ("known", PYG_REF, [(TE, "cpu", "known")]),
         ("limitation", DOC_REF, [(PARAM, "cpu", "limitation")]),
     ]  # TE on cpu under PYG_REF only, the one it matched; a documentation page is a limitation, not a bug
-    text = section(report.render_markdown(data), "## Known bugs and documented limitations")
+    text = section(render.render_markdown(data), "## Known bugs and documented limitations")
     assert f"- 🐛 [{PYG_REF}](https://github.com/Lightning-AI/pytorch-lightning/issues/20524): 1 case: `{TE}`" in text
     assert f"- 🚧 [{DOC_REF}]({DOC_REF}): 1 case: `{PARAM}`" in text
     assert text.index("🐛") < text.index("🚧")
-    page = report.render_html(data)
+    page = render.render_html(data)
     assert f'<a href="https://github.com/NVIDIA/TransformerEngine/issues/890">{TE_REF}</a>' in page
 
 
 def test_regressions_apart_from_fixes_per_step_newest_first(matrix):
-    data = report.build([matrix])
+    data = render.build([matrix])
     steps = [(s["line"], s["from_session"], s["to_session"], [(t["case"], t["from"], t["to"]) for t in s["regressions"]],
               [t["case"] for t in s["fixes"]]) for s in data["transitions"]]
     assert steps == [
@@ -182,7 +183,7 @@ def test_regressions_apart_from_fixes_per_step_newest_first(matrix):
         ("cpu", "cpu_torch24", "cpu_torch25", [(PARAM, "pass", "limitation"), (OLD, "pass", "fail")], []),
         ("cuda12", "cuda12_torch25", "cuda12_torch26", [(CK_GPU, "pass", "crash")], []),
     ]  # TE differs only in cpu_torch25_py310_pyg, which is no step; no step crosses from cpu to cuda12
-    text = section(report.render_markdown(data), "## Regressions and fixes between torch versions")
+    text = section(render.render_markdown(data), "## Regressions and fixes between torch versions")
     assert "| cpu | 2.5.1 → 2.6.0 | 1 | 1 |  |" in text and "| cuda12 | 2.5.1 → 2.6.0 | 1 |  |  |" in text
     assert f"- regressions 2.5.1 → 2.6.0 (cpu): `{NEST}`" in text
     assert "py310_pyg" not in text
@@ -192,21 +193,21 @@ def test_since_only_where_the_newest_outcome_held(tmp_path):
     for name, torch, outcome in (("cpu_torch24", "2.4.1", "fail"), ("cpu_torch25", "2.5.1", "pass"),
                                  ("cpu_torch26", "2.6.0", "fail"), ("cpu_torch27", "2.7.1", "fail")):
         write_session(tmp_path, name, torch, {CK: outcome, NEST: "pass" if name != "cpu_torch27" else "fail"})
-    rows = {row["case"]: row for row in report.build([tmp_path])["cases"]}
+    rows = {row["case"]: row for row in render.build([tmp_path])["cases"]}
     assert rows[CK]["since"] == {"cpu": "2.6.0"}  # not 2.4.1: it passed on 2.5.1
     assert rows[NEST]["since"] == {}  # it changed on the newest torch: nothing held
     write_session(tmp_path, "cpu_torch28", "2.8.0", {CK: "fail", NEST: "fail"})
-    rows = {row["case"]: row for row in report.build([tmp_path])["cases"]}
+    rows = {row["case"]: row for row in render.build([tmp_path])["cases"]}
     assert rows[NEST]["since"] == {"cpu": "2.7.1"}
 
 
 def test_labelled_session_differences_are_listed_against_their_own_row(matrix):
-    data = report.build([matrix])
+    data = render.build([matrix])
     assert [(e["session"], e["plain"], e["compared"]) for e in data["other_environments"]] == [
         ("cpu_torch25_py310_pyg", "cpu_torch25", 6)]  # the two GPU cases skipped for want of a GPU
     assert data["other_environments"][0]["differences"] == [
         {"case": TE, "plain_outcome": "pass", "outcome": "known", "message": "Dynamic control flow is not supported"}]
-    text = section(report.render_markdown(data), "## Other environments of a row")
+    text = section(render.render_markdown(data), "## Other environments of a row")
     assert (f"- **cpu_torch25_py310_pyg** (torch 2.5.1, Python 3.10) against **cpu_torch25**: 1 case of 6 differ: "
             f"`{TE}`.") in text
 
@@ -214,9 +215,9 @@ def test_labelled_session_differences_are_listed_against_their_own_row(matrix):
 def test_labelled_session_without_its_plain_session_says_so(tmp_path):
     write_session(tmp_path, "cpu_torch25_py310_pyg", "2.5.1", {CK: "pass"}, python="3.10")
     write_session(tmp_path, "cpu_torch24", "2.4.1", {CK: "fail"})
-    data = report.build([tmp_path])
+    data = render.build([tmp_path])
     assert data["transitions"] == [] and data["other_environments"][0]["plain_missing"]
-    assert "no results for cpu_torch25, nothing to compare" in report.render_markdown(data)
+    assert "no results for cpu_torch25, nothing to compare" in render.render_markdown(data)
 
 
 EI = "empty_init/init_module_around_compiled_init_call[cpu-inductor-fullgraph]"
@@ -240,7 +241,7 @@ def test_where_lightning_changes_an_outcome_per_row_grouped_by_bug(tmp_path):
         EI: {**attribute, "message": attribute["message"] + " at 0x7f3a"}, EI_GPU: "skip",
         EI_EAGER: {**attribute, "message": attribute["message"] + " at 0x55aa"},
         FLOW: "fixed"})
-    data = report.build([tmp_path])
+    data = render.build([tmp_path])
     rows = {row["torch"]: row for row in data["lightning"]}
     assert rows["2.4.1"]["compared"] == 3 and rows["2.4.1"]["groups"] == []  # the GPU case: no device here
     row = rows["2.5.1"]
@@ -256,13 +257,13 @@ def test_where_lightning_changes_an_outcome_per_row_grouped_by_bug(tmp_path):
     sessions = {s["name"]: s for s in data["sessions"]}
     assert sessions["cpu_torch25_lightning_newest"]["complete"] and sessions["cpu_torch25"]["complete"]
     assert "2 of the Lightning axis" in data["summary"] and data["verdict"]["status"] == 0
-    text = section(report.render_markdown(data), "## Where Lightning changes an outcome")
+    text = section(render.render_markdown(data), "## Where Lightning changes an outcome")
     assert ("- torch 2.5.1: **cpu_torch25** (Lightning 2.4.0) against **cpu_torch25_lightning_newest** (Lightning "
             "2.6.6): 3 cases of 3 differ, in 2 groups.") in text
     assert f"  - UserError: Dynamic control flow is not supported at line N: 1 case (known → fixed): `{FLOW}`; bisect: " \
            f"`nox -s bisect -- '{FLOW}' --along lightning --torch 2.5.1`" in text
     assert "the same outcome in all 3 cases both ran." in text
-    report.write(data, tmp_path / "out")
+    render.write(data, tmp_path / "out")
     html = (tmp_path / "out" / "report.html").read_text()
     assert 'id="lightning"' in html and "--along lightning --torch 2.5.1" in html
 
@@ -274,13 +275,13 @@ def test_cases_that_never_ran_on_their_device_are_folded(tmp_path):
             CK: "pass", CK_GPU: "skip",
             TE_GPU: {"outcome": "skip", "message": "needs a GPU"},  # a CUDA case on a CPU session, in other words
             REGION: {"outcome": "skip", "message": "missing: torch.compiler.region"}})
-    data = report.build([now])
+    data = render.build([now])
     assert data["folded"] == [CK_GPU, TE_GPU]
     grid = {c["case"]: c for c in data["cases"] if not c["folded"]}
     assert list(grid) == [CK, REGION] and grid[REGION]["all_skip"] and not grid[CK]["all_skip"]
     session = data["sessions"][0]
     assert (session["absent"], session["counts"]["skip"]) == (2, 1)  # skip: the missing API; no device: apart
-    report.write(data, tmp_path / "out")
+    render.write(data, tmp_path / "out")
     assert "| cpu_torch24 | 2.4.1 | 3.11 | 2.4.0 | complete | ✅ 1 ⏭️ 1 – 2 |  |" in (tmp_path / "out" / "REPORT.md").read_text()
     page = (tmp_path / "out" / "report.html").read_text()
     folded_html = page[page.index('<details id="folded">'):]
@@ -288,30 +289,30 @@ def test_cases_that_never_ran_on_their_device_are_folded(tmp_path):
 
 
 def test_a_gpu_case_that_ran_somewhere_stays_with_its_absent_cells_marked(matrix):
-    data = report.build([matrix])
+    data = render.build([matrix])
     assert data["folded"] == [TE_GPU]  # CK_GPU ran on the CUDA sessions
     cells = next(c for c in data["cases"] if c["case"] == CK_GPU)["cells"]
     assert cells["cpu_torch24"]["absent"] and "absent" not in cells["cuda12_torch25"]
 
 
 def test_upstream_links():
-    assert report.upstream_link("pytorch/pytorch#130104") == "https://github.com/pytorch/pytorch/issues/130104"
-    assert report.upstream_link(DOC_REF) == DOC_REF
-    assert (report.upstream_link("pytorch/pytorch:torch/utils/checkpoint.py")
+    assert outcomes.upstream_link("pytorch/pytorch#130104") == "https://github.com/pytorch/pytorch/issues/130104"
+    assert outcomes.upstream_link(DOC_REF) == DOC_REF
+    assert (outcomes.upstream_link("pytorch/pytorch:torch/utils/checkpoint.py")
             == "https://github.com/pytorch/pytorch/blob/HEAD/torch/utils/checkpoint.py")
-    assert report.upstream_link("see the docs") == ""
+    assert outcomes.upstream_link("see the docs") == ""
 
 
 def test_reused_records_are_marked_and_counted(tmp_path):
     write_session(tmp_path, "cpu_torch24", "2.4.1", {CK: "pass", TE: "known"})
     write_session(tmp_path, "cpu_torch25", "2.5.1", {CK: {"outcome": "pass", "reused_from": REUSED},
                                                      TE: {"outcome": "known", "reused_from": REUSED}})
-    data = report.build([tmp_path])
+    data = render.build([tmp_path])
     assert data["reused"] == 2 and [s["reused"] for s in data["sessions"]] == [0, 2]
     assert data["cases"][0]["cells"]["cpu_torch25"]["reused_from"] == REUSED
     assert "reused_from" not in data["cases"][0]["cells"]["cpu_torch24"]
     assert "2 records reused from earlier runs, not measured in this one." in data["summary"]
-    report.write(data, tmp_path / "out")
+    render.write(data, tmp_path / "out")
     assert json.loads((tmp_path / "out" / "report.json").read_text())["reused"] == 2
 
 
@@ -342,7 +343,7 @@ def test_expected_sessions_decide_the_exit_status(matrix, tmp_path):
 def test_incomplete_sessions_fail_when_expected(matrix, tmp_path):
     write_session(matrix, "cpu_torch27", "2.7.1", {CK: "pass"}, finished=False)  # killed: no end record
     write_session(matrix, "cpu_torch28", "2.8.0", {CK: "pass"})  # finished without most cases
-    data = report.build([matrix])
+    data = render.build([matrix])
     by_name = {s["name"]: s for s in data["sessions"]}
     assert by_name["cpu_torch27"]["state"] == "incomplete: stopped early (no end record)"
     assert by_name["cpu_torch28"]["state"] == "incomplete: lacks 7 cases the other sessions have"
@@ -365,7 +366,7 @@ def test_baseline_statuses(matrix, tmp_path):
                                                  REGION: "fail", "checkpoint/gone[cpu-eager-fullgraph]": "pass"})
     write_session(base, "cpu_torch26", "2.6.0", {TE: "pass", NEST: {"outcome": "skip", "message": "missing: x"},
                                                  PARAM: "known", OLD: "error", CK_GPU: "skip"})
-    data = report.build([matrix], [base])
+    data = render.build([matrix], [base])
     rows = [(r["session"], r["case"], r["status"], r["baseline"], r["now"]) for r in data["baseline"]["rows"]]
     assert rows == [  # regressed first
         ("cpu_torch25", OLD, "regressed", "pass", "fail"),
@@ -380,7 +381,7 @@ def test_baseline_statuses(matrix, tmp_path):
     # and the GPU cases that skipped for want of a GPU on either side
     assert data["baseline"]["not_in_baseline"] == ["cpu_torch24", "cpu_torch25_py310_pyg", "cuda12_torch25",
                                                    "cuda12_torch26"]
-    text = section(report.render_markdown(data), "## Against the baseline")
+    text = section(render.render_markdown(data), "## Against the baseline")
     assert f"| cpu_torch25 | `{OLD}` | **regressed** | pass | fail | Tensor-likes are not close! |" in text
 
 
@@ -419,7 +420,7 @@ def test_a_run_narrowed_to_some_families_is_compared_on_those_families_only(tmp_
     write_session(now, "cpu_torch25", "2.5.1", {CK: "pass", TE: "known"})  # the checkpoint family alone
     write_session(base, "cpu_torch25", "2.5.1", {CK: "pass", TE: "known", "checkpoint/gone[cpu-eager-fullgraph]": "pass",
                                                  NEST: "fail", PARAM: "pass"})
-    data = report.build([now], [base])
+    data = render.build([now], [base])
     assert [(r["case"], r["status"]) for r in data["baseline"]["rows"]] == [
         ("checkpoint/gone[cpu-eager-fullgraph]", "removed")]  # its family ran: a case gone from it is news
     assert data["verdict"]["status"] == 0
@@ -500,7 +501,7 @@ def test_no_results_is_an_error(tmp_path):
 
 
 def test_outputs_are_whole_and_readable(matrix, tmp_path):
-    paths = report.write(report.build([matrix]), tmp_path / "out")
+    paths = render.write(render.build([matrix]), tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["REPORT.md", "report.html", "report.json"]
     assert all(p.stat().st_mode & 0o044 == 0o044 for p in paths)  # not mkstemp's private mode
     merged = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -511,7 +512,7 @@ def test_outputs_are_whole_and_readable(matrix, tmp_path):
 def test_html_is_self_contained(matrix, tmp_path):
     hostile = "{{ data }} </script><script>alert(1)</script> {% raw %}"
     write_session(matrix, "cpu_torch27", "2.7.1", {NEST: {"outcome": "fail", "message": hostile}})
-    report.write(report.build([matrix]), tmp_path)
+    render.write(render.build([matrix]), tmp_path)
     html = (tmp_path / "report.html").read_text()
     assert html.count("</script>") == 1 and html.count("<script>") == 1  # the page's own, the message escaped
     assert "{{ data }} &lt;/script&gt;&lt;script&gt;alert(N)&lt;/script&gt; {% raw %}" in html  # in the failing group

@@ -8,7 +8,7 @@ import urllib.parse
 
 import pytest
 
-from harness import report
+from harness.report import render
 from tests.test_report import CK, CK_GPU, NEST, OLD, PARAM, REGION, TE, TE_GPU, matrix, write_session  # noqa: F401  (matrix: fixture)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -47,7 +47,7 @@ def page(matrix, tmp_path):  # noqa: F811
             CK: "pass", TE: "pass", OLD: "pass", PARAM: "limitation", CK_GPU: "skip", TE_GPU: "skip",
             REGION: {"outcome": "skip", "message": "missing: torch.compiler.region"},
             NEST: {"outcome": "fail", "message": f"Tensor-likes are not close! Mismatched elements: {minor} / 16"}})
-    report.write(report.build([matrix]), tmp_path / "out")
+    render.write(render.build([matrix]), tmp_path / "out")
     return tmp_path / "out" / "report.html"
 
 

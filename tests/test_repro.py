@@ -6,19 +6,21 @@ import sys
 
 import pytest
 
-from harness import records, repro, sessions, matrix
-from harness.repro_property import chosen_example
+from harness.core import matrix, paths, records, sessions
+from harness.core.outcomes import OUTCOMES
+from harness.tools.repro import collector, command as repro, script as repro_script
+from harness.tools.repro.property_example import chosen_example
 from tests.conftest import ROOT
 
 
 def harness(*args, timeout=900, **env):
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=repro.clean_env(**env))
+                          timeout=timeout, env=sessions.clean_env(**env))
 
 
 @pytest.fixture(scope="module")
 def collected():
-    return repro.collect(sys.executable, ["*"])["cases"]
+    return collector.collect(sys.executable, ["*"])["cases"]
 
 
 def sample(cases: dict) -> list[str]:
@@ -37,7 +39,7 @@ def sample(cases: dict) -> list[str]:
     pick(lambda c, info: any(e["kind"] == "limitation" for e in info["expected"]))
     pick(lambda c, info: "'cuda'" in info["params"].values())
     pick(lambda c, info: "tmp_path" in info["argnames"])
-    pick(lambda c, info: "lightning" in repro.build_script(info))
+    pick(lambda c, info: "lightning" in repro_script.build_script(info))
     # A property case that fails on the main job's torch: its script replays the recorded example.
     pick(lambda c, info: c == "nested_compile/property_nested_compile_region[cpu-inductor-graphbreaks]")
     return picks
@@ -46,11 +48,11 @@ def sample(cases: dict) -> list[str]:
 def test_every_case_exports_as_a_short_standalone_script(collected):
     lengths = {}
     for case_id, info in collected.items():
-        text = repro.build_script(info)  # compiles it, too
+        text = repro_script.build_script(info)  # compiles it, too
         lengths[case_id] = text.count("\n")
         assert "import pytest" not in text and "harness" not in text.split('"""', 2)[2], case_id
         assert f"`{case_id}`" in text.splitlines()[0]
-    over = {c: n for c, n in lengths.items() if n > repro.line_limit(collected[c])}
+    over = {c: n for c, n in lengths.items() if n > repro_script.line_limit(collected[c])}
     assert not over, over
 
 
@@ -62,20 +64,20 @@ def test_scripts_print_the_outcome_the_matrix_records(collected, tmp_path):
     spec = matrix.find("cpu_torch215")
     subprocess.run([sys.executable, *sessions.pytest_args(spec, [*nodeids, "-q", f"--results-dir={results}",
                                                                  "--session-name=probe"])],
-                   cwd=ROOT, capture_output=True, text=True, timeout=1800, env=repro.clean_env())
+                   cwd=ROOT, capture_output=True, text=True, timeout=1800, env=sessions.clean_env())
     found = {r["case"]: r for r in records.read(results / "probe.jsonl") if r["kind"] == "case"}
     recorded = {case_id: record["outcome"] for case_id, record in found.items()}
     for case_id in picks:
         info = {**collected[case_id], "property_example": chosen_example(found[case_id], collected[case_id]["expected"])}
-        path = tmp_path / repro.script_name(case_id)
-        text = repro.build_script(info)
+        path = tmp_path / repro_script.script_name(case_id)
+        text = repro_script.build_script(info)
         path.write_text(text)
         if info["property_example"]:  # the example itself, not hypothesis, and its program shown
             assert "hypothesis" not in text and info["property_example"]["figures"] in text, text
             assert info["property_example"]["program"].splitlines()[0] in text.split('"""', 2)[1]
         result = repro.run_script(sys.executable, path)  # pytest and the harness unimportable
         assert result["outcome"] == recorded[case_id], (case_id, result["output"][-3000:])
-        code = {o: v.exit_code for o, v in repro.outcomes.OUTCOMES.items()}[result["outcome"]]
+        code = OUTCOMES[result["outcome"]].exit_code
         assert result["returncode"] == code, (case_id, result["returncode"])
 
 
@@ -91,7 +93,7 @@ def test_repro_prints_an_issue_with_the_versions_at_hand(tmp_path):
     out = tmp_path / "repro.py"
     # --results adds the table; the checkout's committed matrix is kept out (an empty results dir).
     done = harness("repro", case_id, "--python", sys.executable, "--out", str(out), "--results", str(table),
-                   **{records.RESULTS_ENV: str(tmp_path / "no-results")})
+                   **{paths.RESULTS_ENV: str(tmp_path / "no-results")})
     assert done.returncode == 0, done.stderr
     issue = done.stdout
     lines = issue.splitlines()

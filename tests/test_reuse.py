@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from harness import environment, matrix, records, report, reuse
+from harness.core import matrix, records
+from harness.plugin import environment, reuse
+from harness.report import render
 from tests.conftest import ROOT, copy_project, run_nox
 
 SESSION = "cpu_torch215"
@@ -98,7 +100,7 @@ def test_nothing_changed_runs_nothing_and_says_what_it_reused(project, tmp_path)
     fresh = tmp_path / "fresh"
     session(project, fresh, "--fresh", env={"HARNESS_RERUNS": "0"}, fails=True)
     (fresh / "setup-ran").unlink()
-    outcomes = {kind: {c["case"]: c["cells"][SESSION]["outcome"] for c in report.build([d])["cases"]}
+    outcomes = {kind: {c["case"]: c["cells"][SESSION]["outcome"] for c in render.build([d])["cases"]}
                 for kind, d in (("reused", results), ("fresh", fresh))}
     assert outcomes["reused"] == {**outcomes["fresh"], "beta/setup_breaks_once": "pass"}
 
@@ -114,10 +116,10 @@ def test_a_changed_family_file_runs_that_family_alone(project, tmp_path):
     path = project / "cases" / "test_beta.py"
     path.write_text(path.read_text() + "\n# a change\n")
     assert "3 records reused; to run: beta" in session(project, results)
-    harness_file = project / "harness" / "casekit.py"
+    harness_file = project / "harness" / "plugin" / "casekit.py"
     harness_file.write_text(harness_file.read_text() + "\n# a change\n")
     assert "0 records reused; to run: alpha, beta" in session(project, results)
-    report_file = project / "harness" / "report.py"  # never runs in a session
+    report_file = project / "harness" / "report" / "render.py"  # never runs in a session
     report_file.write_text(report_file.read_text() + "\n# a change\n")
     assert "5 records reused; to run: nothing" in session(project, results)
 
@@ -135,7 +137,7 @@ def test_a_narrowed_or_fresh_run_reuses_nothing(project, tmp_path):
 
 # --- what the key holds: the vector ISA and the compiler, not the CPU model or the project itself ---------
 
-MEASURED = pathlib.Path(__file__).resolve().parent.parent / "results" / f"{SESSION}.jsonl"
+MEASURED = ROOT / "results" / f"{SESSION}.jsonl"
 
 
 def keyed_on(monkeypatch, cpu_model: str, isa: str) -> None:
@@ -182,18 +184,18 @@ def test_the_key_holds_the_compiler(monkeypatch):
 
 
 def test_the_cases_support_modules_and_the_harness_modules_they_import_are_in_the_keys(monkeypatch, tmp_path):
-    # A property case's program lives in cases/programs/, its runner in harness/properties.py (which
-    # harness.plugin does not import): a change to either must re-run the families.
+    # A property case's program lives in cases/programs/, its runner in harness/plugin/properties.py
+    # (which the plugin does not import): a change to either must re-run the families.
     spec = matrix.find(SESSION)
     keyed_on(monkeypatch, "any", "avx2")
     for folder in ("cases", "harness"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(reuse, "ROOT", tmp_path)
-    before = reuse.family_keys(spec)
-    for changed in ("cases/programs/nested_compile.py", "cases/shared_declarations.py", "harness/properties.py"):
+    before = reuse.family_keys(spec, tmp_path)
+    for changed in ("cases/programs/nested_compile.py", "cases/shared_declarations.py", "harness/plugin/properties.py",
+                    "harness/core/records.py"):
         path = tmp_path / changed
         path.write_text(path.read_text() + "\n# changed\n")
-        after = reuse.family_keys(spec)
+        after = reuse.family_keys(spec, tmp_path)
         assert set(after.values()).isdisjoint(before.values()), changed
         before = after
 
@@ -233,7 +235,6 @@ def test_the_checkouts_own_egg_info_is_not_an_installed_package(tmp_path, monkey
     (info / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: torch-compile-matrix-twin\nVersion: 0.2.0\n")
     monkeypatch.syspath_prepend(str(checkout))
     assert "torch-compile-matrix-twin==0.2.0" in environment.installed_packages()  # elsewhere: a package
-    monkeypatch.setattr(environment, "PROJECT_ROOT", checkout.resolve())
     monkeypatch.chdir(checkout)
     monkeypatch.setattr(sys, "path", ["", *sys.path])  # `python -m` puts the cwd first
-    assert not any(p.startswith("torch-compile-matrix-twin") for p in environment.installed_packages())
+    assert not any(p.startswith("torch-compile-matrix-twin") for p in environment.installed_packages(checkout))

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from harness import matrix, records, sessions
+from harness.core import matrix, records, sessions
 from tests.conftest import ROOT
 
 SESSION = matrix.find("cpu_torch215")
@@ -47,7 +47,7 @@ def subprocess_env(pytester, monkeypatch, tmp_path):
 
 
 def session_run(pytester, *args):
-    """The session's pytest command (harness.sessions, as the noxfile runs it) on the test dir."""
+    """The session's pytest command (harness.core.sessions, as the noxfile runs it) on the test dir."""
     out = pytester.path / "results"
     command = sessions.pytest_args(SESSION, [str(pytester.path), *args, f"--results-dir={out}",
                                              "--session-name=s"])

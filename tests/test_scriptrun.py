@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from harness import scriptrun
+from harness.tools import scriptrun
 
 SCRIPTS = {
     "passes": ("print('fine')", "pass", "exit 0", ""),

@@ -1,4 +1,4 @@
-"""Where a CPU session's torch comes from (harness.sessions.torch_wheel): PyTorch's CPU-only build
+"""Where a CPU session's torch comes from (harness.venvs.torch_wheel): PyTorch's CPU-only build
 when its index is reachable and lists the pin, else the registry's default build, and the venv and
 the results say which. Real nox against a PEP 503 index served on 127.0.0.1 from a directory of
 wheels (the CPU wheel this machine has on disk)."""
@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from harness import matrix, records, sessions
+from harness.core import matrix, paths, records, venvs
 from tests.conftest import ROOT
 
 SESSION = "cpu_torch213"
@@ -64,31 +64,31 @@ def venv_bytes(path: pathlib.Path) -> int:
 def test_the_cpu_build_when_the_index_lists_it(tmp_path, monkeypatch):
     spec = matrix.find(SESSION)
     with served_index([tmp_path / f"torch-{spec.torch}+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"], tmp_path) as url:
-        monkeypatch.setenv(sessions.CPU_INDEX_ENV, url)
-        assert sessions.torch_wheel(spec) == {"build": "cpu", "index": url}
+        monkeypatch.setenv(venvs.CPU_INDEX_ENV, url)
+        assert venvs.torch_wheel(spec) == {"build": "cpu", "index": url}
         other = matrix.find("cpu_torch212")  # not in this index: the registry's build, and why
-        assert sessions.torch_wheel(other) == {"build": "registry default", "index": None,
+        assert venvs.torch_wheel(other) == {"build": "registry default", "index": None,
                                                "reason": f"{url} has no CPU wheel of torch {other.torch} for Python 3.11"}
 
 
 def test_the_registry_build_when_the_index_is_unreachable(monkeypatch):
-    monkeypatch.setenv(sessions.CPU_INDEX_ENV, "http://127.0.0.1:9/simple")  # the discard port: refused
-    wheel = sessions.torch_wheel(matrix.find(SESSION))
+    monkeypatch.setenv(venvs.CPU_INDEX_ENV, "http://127.0.0.1:9/simple")  # the discard port: refused
+    wheel = venvs.torch_wheel(matrix.find(SESSION))
     assert wheel["build"] == "registry default" and wheel["index"] is None
     assert wheel["reason"].startswith("http://127.0.0.1:9/simple is not reachable")
 
 
 def test_the_registry_build_when_asked_for(monkeypatch):
-    monkeypatch.setenv(sessions.TORCH_BUILD_ENV, "registry")
-    assert sessions.torch_wheel(matrix.find(SESSION)) == {"build": "registry default", "index": None,
+    monkeypatch.setenv(venvs.TORCH_BUILD_ENV, "registry")
+    assert venvs.torch_wheel(matrix.find(SESSION)) == {"build": "registry default", "index": None,
                                                            "reason": "HARNESS_TORCH_BUILD=registry"}
 
 
 def test_cuda_and_nightly_sessions_take_what_their_row_says(monkeypatch):
-    monkeypatch.setenv(sessions.CPU_INDEX_ENV, "http://127.0.0.1:9/simple")
-    assert sessions.torch_wheel(matrix.find("cuda13_torch213")) == {"build": "registry default", "index": None}
+    monkeypatch.setenv(venvs.CPU_INDEX_ENV, "http://127.0.0.1:9/simple")
+    assert venvs.torch_wheel(matrix.find("cuda13_torch213")) == {"build": "registry default", "index": None}
     nightly = matrix.find("cpu_torch_nightly")
-    assert sessions.torch_wheel(nightly) == {"build": nightly.index, "index": nightly.index_url}
+    assert venvs.torch_wheel(nightly) == {"build": nightly.index, "index": nightly.index_url}
 
 
 @pytest.mark.slow
@@ -104,7 +104,7 @@ def test_a_cpu_session_from_the_local_index_is_small_and_runs_its_cases(tmp_path
             [sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", SESSION, "--envdir", str(envs),
              "--", "cases/test_checkpoint.py", "-k", "plain_checkpoint or context_fn"],
             cwd=ROOT, capture_output=True, text=True, timeout=3000,
-            env={**os.environ, sessions.CPU_INDEX_ENV: url, records.RESULTS_ENV: str(results)})
+            env={**os.environ, venvs.CPU_INDEX_ENV: url, paths.RESULTS_ENV: str(results)})
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]  # 1: a case failed, a finding
     assert f"torch: the cpu build from {url}" in done.stderr
     size = venv_bytes(envs / SESSION)
@@ -121,13 +121,13 @@ def test_a_cpu_session_from_the_local_index_is_small_and_runs_its_cases(tmp_path
 
 def test_every_session_installs_in_the_steps_its_wheel_asks_for(monkeypatch):
     spec = matrix.find("cpu_torch25_lightning_newest")
-    cpu = sessions.install_steps(spec, {"build": sessions.CPU_BUILD, "index": "http://127.0.0.1:9/simple"})
+    cpu = venvs.install_steps(spec, {"build": venvs.CPU_BUILD, "index": "http://127.0.0.1:9/simple"})
     assert cpu == [["--index-url", "http://127.0.0.1:9/simple", "--no-deps", "torch==2.5.1"],
-                   [*spec.requirements, *sessions.HARNESS_REQUIREMENTS]]  # no command mixes two indexes
-    assert sessions.install_steps(spec, {"build": sessions.REGISTRY_BUILD, "index": None}) == [
-        [*spec.requirements, *sessions.HARNESS_REQUIREMENTS]]
+                   [*spec.requirements, *venvs.HARNESS_REQUIREMENTS]]  # no command mixes two indexes
+    assert venvs.install_steps(spec, {"build": venvs.REGISTRY_BUILD, "index": None}) == [
+        [*spec.requirements, *venvs.HARNESS_REQUIREMENTS]]
     cuda = matrix.find("cuda11_torch25")
-    assert [step[:3] for step in sessions.install_steps(cuda, {"build": cuda.index, "index": cuda.index_url})] == [
+    assert [step[:3] for step in venvs.install_steps(cuda, {"build": cuda.index, "index": cuda.index_url})] == [
         ["--index-url", cuda.index_url, "torch==2.5.1"], ["torch==2.5.1", "lightning==2.4.0", "pytorch-lightning==2.4.0"]]
 
 
@@ -136,25 +136,25 @@ def test_an_environment_outside_the_table_is_built_with_its_rows_steps(tmp_path,
     # What a bisection along Lightning builds: a row's pins with another Lightning release.
     import dataclasses
 
-    monkeypatch.setenv(sessions.TORCH_BUILD_ENV, "registry")  # the registry's wheel, as the table was measured
+    monkeypatch.setenv(venvs.TORCH_BUILD_ENV, "registry")  # the registry's wheel, as the table was measured
     row = matrix.find("cpu_torch212")
     spec = dataclasses.replace(row, name="cpu_torch212_lightning2_6_6", lightning="2.6.6", label=None)
-    python = sessions.ensure_venv(spec, tmp_path)
-    assert python == sessions.venv_python(spec.name, tmp_path) and python.exists()
+    python = venvs.ensure_venv(spec, tmp_path)
+    assert python == venvs.venv_python(spec.name, tmp_path) and python.exists()
     found = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(*(m.version(d) for d in "
                             "('torch', 'lightning', 'pytorch-lightning')))"], capture_output=True, text=True)
     assert found.stdout.split() == ["2.12.1", "2.6.6", "2.6.6"], found.stderr
-    assert sessions.installed_torch_wheel(python.parent.parent)["build"] == sessions.REGISTRY_BUILD
-    assert (python.parent.parent / sessions.STAMP).read_text() == sessions.pins_stamp(
-        spec, {"build": sessions.REGISTRY_BUILD, "index": None})
-    assert sessions.ensure_venv(spec, tmp_path) == python  # built once
+    assert venvs.installed_torch_wheel(python.parent.parent)["build"] == venvs.REGISTRY_BUILD
+    assert (python.parent.parent / venvs.STAMP).read_text() == venvs.pins_stamp(
+        spec, {"build": venvs.REGISTRY_BUILD, "index": None})
+    assert venvs.ensure_venv(spec, tmp_path) == python  # built once
     # Along Lightning the venv is built once and its Lightning switched in place, checked against the pins.
     older = dataclasses.replace(spec, lightning="2.6.5")
-    assert sessions.with_lightning(older, python.parent.parent) == (python, False)
+    assert venvs.with_lightning(older, python.parent.parent) == (python, False)
     found = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(*(m.version(d) for d in "
                             "('torch', 'lightning', 'pytorch-lightning')))"], capture_output=True, text=True)
     assert found.stdout.split() == ["2.12.1", "2.6.5", "2.6.5"], found.stderr
-    assert (python.parent.parent / sessions.STAMP).read_text() == sessions.pins_stamp(
-        older, {"build": sessions.REGISTRY_BUILD, "index": None})
-    assert sessions.with_lightning(spec, python.parent.parent) == (python, False)
+    assert (python.parent.parent / venvs.STAMP).read_text() == venvs.pins_stamp(
+        older, {"build": venvs.REGISTRY_BUILD, "index": None})
+    assert venvs.with_lightning(spec, python.parent.parent) == (python, False)
     shutil.rmtree(tmp_path / spec.name)

@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from harness import records
+from harness.core import records
 from tests.conftest import ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -173,7 +173,7 @@ def test_the_newest_cpu_row_comes_from_the_matrix_table(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPTS / "matrix.py"), "--newest-cpu", str(tmp_path / "latest.json")],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    from harness import matrix
+    from harness.core import matrix
 
     newest = [s for s in matrix.load() if s.device == "cpu" and "latest" in s.tags]
     assert done.stdout == f"session={newest[0].name}\n"
@@ -521,5 +521,7 @@ def test_a_change_to_what_every_family_loads_runs_every_family(support):
 def test_a_pull_request_runs_the_families_it_changes():
     module = pr_table()
     assert module.case_files(["cases/test_checkpoint.py", "README.md"]) == ["cases/test_checkpoint.py"]
-    assert module.case_files(["harness/report.py", "tests/test_report.py"]) == []  # never runs in a session
-    assert len(module.case_files(["harness/casekit.py"])) == len(list((ROOT / "cases").glob("test_*.py")))
+    assert module.case_files(["harness/report/render.py", "tests/test_report.py"]) == []  # never runs in a session
+    assert module.case_files(["harness/tools/repro/script.py"]) == []
+    for everywhere in ("harness/plugin/casekit.py", "harness/core/records.py", "harness/core/matrix.toml"):
+        assert len(module.case_files([everywhere])) == len(list((ROOT / "cases").glob("test_*.py"))), everywhere

@@ -6,10 +6,11 @@ the committed table of the base branch, on the same torch build (the report does
     python .github/scripts/pr_table.py build TABLE.jsonl      `registry` when the table was measured on the
                                                               registry's build, else `auto` (HARNESS_TORCH_BUILD)
 
-A change to what every family loads (a harness module that runs in a session, harness/matrix.toml, or
-a module under cases/ that is not a case file: cases/conftest.py, cases/programs/, the shared
-declarations) runs every family; a change to a case file runs its family. These are the inputs of
-the reuse key (harness/reuse.py), so the two cannot disagree on what a change touches.
+A change to what every family loads (a harness module that runs in a session: harness/core and
+harness/plugin; harness/core/matrix.toml; or a module under cases/ that is not a case file:
+cases/conftest.py, cases/programs/, the shared declarations) runs every family; a change to a case
+file runs its family. These are the inputs of the reuse key (harness/plugin/reuse.py), so the two
+cannot disagree on what a change touches.
 """
 
 from __future__ import annotations
@@ -18,33 +19,30 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # the checkout, for `harness`
 
-from packaging.version import Version  # noqa: E402
-
-from harness import records  # noqa: E402
-from harness.reuse import case_support_files, family_files, session_modules  # noqa: E402
+from harness.core import matrix, paths, records, versions  # noqa: E402
+from harness.plugin.reuse import case_support_files, family_files, session_modules  # noqa: E402
 
 
 def changed_paths(base: str) -> list[str]:
-    done = subprocess.run(["git", "diff", "--name-only", f"{base}...HEAD"], cwd=ROOT, capture_output=True,
+    done = subprocess.run(["git", "diff", "--name-only", f"{base}...HEAD"], cwd=paths.ROOT, capture_output=True,
                           text=True, check=True)
     return done.stdout.split()
 
 
-def case_files(paths: list[str]) -> list[str]:
-    """The case files a change to `paths` asks to run."""
-    every = [p.relative_to(ROOT).as_posix() for p in family_files().values()]
-    everywhere = {p.relative_to(ROOT).as_posix() for p in [*session_modules(), *case_support_files()]}
-    if any(path in everywhere or path == "harness/matrix.toml" for path in paths):
+def case_files(changed: list[str]) -> list[str]:
+    """The case files a change to the files `changed` asks to run."""
+    every = [paths.relative(p) for p in family_files().values()]
+    everywhere = {paths.relative(p) for p in [*session_modules(), *case_support_files(), matrix.MATRIX_FILE]}
+    if any(path in everywhere for path in changed):
         return every
-    return [path for path in every if path in paths]
+    return [path for path in every if path in changed]
 
 
 def table_build(table: pathlib.Path) -> str:
     """`registry` when the table's torch has no `cpu` local label (the registry's default wheel)."""
-    return "auto" if Version(records.read(table)[0]["torch"]).local == "cpu" else "registry"
+    return "auto" if versions.build_label(records.read(table)[0]["torch"]) == "cpu" else "registry"
 
 
 def main(argv=None) -> int:

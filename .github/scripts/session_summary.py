@@ -16,8 +16,8 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from harness import records  # noqa: E402
-from harness.outcomes import OUTCOMES  # noqa: E402
+from harness.core import paths, records  # noqa: E402
+from harness.core.outcomes import OUTCOMES  # noqa: E402
 
 ANNOTATED = 10  # GitHub shows at most 10 warnings of a step
 
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
         print("usage: session_summary.py SESSION [RESULTS_DIR]", file=sys.stderr)
         return 2
     session = argv[0]
-    path = pathlib.Path(argv[1] if len(argv) > 1 else "results") / f"{session}.jsonl"
+    path = paths.results_path(session, argv[1] if len(argv) > 1 else "results")
     try:
         found = records.read(path) if path.is_file() else None
     except records.ResultsError as error:

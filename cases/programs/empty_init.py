@@ -8,8 +8,8 @@ import math
 import torch
 from hypothesis import strategies as st
 
+from harness.plugin.casekit import need
 from programs.op_programs import ContextOpProgram, common_knobs
-from harness.casekit import need
 
 # torch.nn.init calls on the sentinels a (8) and b (8x8), at most one each (a later init of the same
 # tensor would make the first one dead code, which compiled code may drop). Only the inits that

@@ -6,8 +6,8 @@ import dataclasses
 import torch
 from hypothesis import strategies as st
 
+from harness.plugin.casekit import Case, GraphRecorder, need
 from programs.op_programs import OpProgram, common_knobs
-from harness.casekit import Case, GraphRecorder, need
 
 # What the region's body may do to `y` (w: an 8x8 weight, an input of the program too).
 BODY_OPS = {"sin": "torch.sin(y)", "tanh": "torch.tanh(y)", "sigmoid": "torch.sigmoid(y)", "relu": "torch.relu(y)",

@@ -1,0 +1,43 @@
+"""Where the project's files are, defined once: the checkout's root and what lies in it, and where
+results go (`$HARNESS_RESULTS_DIR`, else `results/`).
+
+The harness runs from its checkout (an editable install, or a nox session's working directory), so
+every path of the project is built from ROOT here."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "harness"
+CASES = ROOT / "cases"
+CASEKIT = PACKAGE / "plugin" / "casekit.py"  # carried as it is into every reproduction script
+RESULTS_ENV = "HARNESS_RESULTS_DIR"
+RESULTS_SUFFIX = ".jsonl"
+
+
+def results_dir(root: str | os.PathLike = ROOT) -> pathlib.Path:
+    """The results directory: `$HARNESS_RESULTS_DIR`, else `root`/results (`root`: the checkout, or
+    pytest's rootdir for a plain `pytest cases/`)."""
+    return pathlib.Path(os.environ.get(RESULTS_ENV) or pathlib.Path(root) / "results")
+
+
+def results_path(session: str, directory: str | os.PathLike | None = None) -> pathlib.Path:
+    """Where a session's results file is: in `directory`, default the results directory."""
+    return pathlib.Path(directory if directory is not None else results_dir()) / f"{session}{RESULTS_SUFFIX}"
+
+
+def results_files(directory: str | os.PathLike) -> list[pathlib.Path]:
+    """Every session's results file in `directory`."""
+    return sorted(pathlib.Path(directory).glob(f"*{RESULTS_SUFFIX}"))
+
+
+def default_envdir() -> pathlib.Path:
+    """Where nox keeps the session venvs."""
+    return ROOT / ".nox"
+
+
+def relative(path: str | os.PathLike) -> str:
+    """`path` from the checkout's root, '/'-separated: the same text in every clone."""
+    return pathlib.Path(path).resolve().relative_to(ROOT).as_posix()

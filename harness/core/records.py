@@ -1,0 +1,371 @@
+"""The record schema: every reader and writer of results goes through this module.
+
+A results file (harness.core.paths.results_path) holds one JSON record per line, appended and
+flushed as each case finishes: an `environment` record first (with the session's `identity`, from
+harness.core.matrix), a `case` record per case, an `end` record when the run finished. Schema 2 is
+written; schema 1 files (before `reference`/`declared` and `identity`) are read through `upgrade`,
+and nothing reads schema 1's fields past it. A case record is made of what the phases of its run
+reported (PhaseData), carried on pytest's reports from the process that ran it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+from typing import Optional, TypedDict
+
+from harness.core import paths
+from harness.core.caseid import CaseIdentity
+from harness.core.errors import BadInput
+from harness.core.outcomes import OUTCOMES, REFERENCED
+
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
+
+
+class Identity(TypedDict):
+    """Who a session is, as harness.core.matrix defines it: never parsed back out of its name."""
+    session: str
+    device: str  # "cpu" or "cuda"
+    line: str  # the version line it is a step of: "cpu", or "cudaNN" (one per CUDA major)
+    row: str  # the torch row: its version pin, or "nightly"
+    label: Optional[str]  # a second environment of the row (another Python, extra packages)
+    plain: str  # the row's plain session (itself unless labelled)
+    lightning_of: Optional[str]  # the Lightning axis: the session whose pins it repeats with newer Lightning
+
+
+class Declaration(TypedDict, total=False):
+    kind: str  # "known" or "limitation"
+    ref: str
+    raises: list
+    match: Optional[str]
+    since: Optional[str]
+    until: Optional[str]
+
+
+class EnvironmentRecord(TypedDict, total=False):
+    schema: int
+    kind: str  # "environment"
+    session: str
+    identity: Identity
+    started: str
+    torch: str
+    cuda: Optional[str]
+    python: str
+    lightning: Optional[str]
+    gpu: Optional[str]
+    git_commit: Optional[str]
+    reuse_keys: dict  # family -> the digest of what its cases depend on (harness.plugin.reuse)
+    reuse_sources: dict  # the project's files those keys hold, path -> digest: what changed, when one did
+    reused_from: dict
+
+
+class CaseRecord(TypedDict, total=False):
+    schema: int
+    kind: str  # "case"
+    case: str  # family/variant[params]: harness.core.caseid
+    family: str
+    params: dict
+    outcome: str  # a name of harness.core.outcomes.OUTCOMES
+    exc_type: Optional[str]
+    message: Optional[str]
+    reference: Optional[str]  # the one declaration the run met (known, limitation) or no longer meets (fixed)
+    declared: list  # [Declaration]: what applies to this torch; for a `fail`, what did not match
+    metrics: dict
+    duration: float
+    nodeid: str
+    location: Optional[dict]  # {"file", "line"}: the test function in cases/ (JUnit)
+    attempts: list
+    leaked: list
+    output_tail: str
+    reused_from: dict
+
+
+class EndRecord(TypedDict, total=False):
+    schema: int
+    kind: str  # "end"
+    exitstatus: int
+    counts: dict
+    reused: int
+    seconds: float
+
+
+CASE_KEYS = ("case", "family", "params", "outcome", "exc_type", "message", "reference", "declared")
+OPTIONAL_CASE_KEYS = ("attempts", "leaked", "output_tail", "reused_from", "workdir", "log")
+PHASE_PROPERTY = "harness"  # the name of a phase's data among the user_properties of pytest's report
+
+
+class PhaseData(CaseIdentity, total=False):
+    """What one phase of a case reported (`setup`, `call`, `teardown`, or `crash` for a process that
+    died), carried on pytest's report to the process that writes the record: the case record is the
+    most severe phase's fields (case_record), with the figures of every phase."""
+    phase: str
+    outcome: str
+    exc_type: Optional[str]
+    message: Optional[str]
+    reference: Optional[str]
+    declared: list  # [Declaration]
+    metrics: dict
+    output_tail: str
+    log: str  # the worker log that holds a text the record cut
+    workdir: str
+    attempts: list
+    leaked: list
+
+
+def phase_data(identity: CaseIdentity, phase: str, outcome: str, exc_type: str | None = None,
+               message: str | None = None, reference: str | None = None, declared=(), metrics=None,
+               **more) -> PhaseData:
+    """A phase's data: the one builder, for the runner, a forked case's process and a dead worker."""
+    return PhaseData(**identity, phase=phase, outcome=outcome, exc_type=exc_type, message=message,
+                     reference=reference, declared=list(declared), metrics=dict(metrics or {}), **more)
+
+
+def phase_of(report) -> PhaseData | None:
+    """The phase data a pytest report carries (the last put there); None for a report of no case."""
+    return next((value for key, value in reversed(report.user_properties) if key == PHASE_PROPERTY), None)
+
+
+def attach_phase(report, data: PhaseData) -> None:
+    report.user_properties.append((PHASE_PROPERTY, data))
+
+# Size bounds of a record. A case may raise a 10 MB message or print 17 MB; stored whole it makes a
+# results line of 30 MB that every reader (report, JUnit, reuse) chokes on. As pytest and PyTorch's
+# CI do, a long text keeps its head and its tail and says how much was cut; the whole of it stays in
+# the worker log the record names (`log`).
+TEXT_LIMITS = {"message": 2000, "output_tail": 4000, "exc_type": 300,  # characters
+               "collect_env": 20_000}  # the environment record's torch.utils.collect_env report
+OTHER_TEXT_LIMIT = 1000  # any other string of a record
+UNCLIPPED = ("case", "nodeid", "family", "session")  # names a reader joins on: cut only past NAME_LIMIT
+NAME_LIMIT = 8000
+PLACES = ("workdir", "log")  # where this run left something: this machine's paths, kept as they are
+LIST_LIMIT = 50  # items of a list (attempts, leaked): the first ones and the last
+LIST_LIMITS = {"packages": 2000}  # the environment's installed packages
+DICT_LIMIT = 200  # entries of a mapping (metrics, params)
+KEY_LIMIT = 200  # characters of an entry's name
+LINE_LIMIT = 64 * 1024  # bytes of one results line, whatever the case did
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` within `limit` characters: its head and its tail, and how much was cut between."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 60, 2)
+    head, tail = text[:keep // 3], text[len(text) - (keep - keep // 3):]
+    return f"{head}\n[... {len(text) - len(head) - len(tail):,} characters cut ...]\n{tail}"
+
+
+def text_limit(key: str) -> int:
+    """How many characters a record keeps of the text field `key` (before any tightening)."""
+    return TEXT_LIMITS.get(key, OTHER_TEXT_LIMIT)
+
+
+def _bounded(value, key: str | None, scale: float):
+    if isinstance(value, str):
+        if key in PLACES:
+            return value
+        value = portable(value)
+        if key in UNCLIPPED:
+            return clip(value, NAME_LIMIT)
+        return clip(value, max(int(text_limit(key) * scale), 40))
+    if isinstance(value, dict):
+        entries = list(value.items())
+        if len(entries) > DICT_LIMIT:  # a case's own figures, say: the first ones, and how many more
+            entries = [*entries[:DICT_LIMIT], ("[cut]", f"{len(entries) - DICT_LIMIT} more entries")]
+        return {clip(portable(str(k)), KEY_LIMIT): _bounded(v, k, scale) for k, v in entries}
+    if isinstance(value, (list, tuple)):
+        items = [_bounded(v, key, scale) for v in value]
+        limit = LIST_LIMITS.get(key, LIST_LIMIT)
+        if len(items) > limit:
+            half = limit // 2
+            items = [*items[:half], f"[... {len(items) - 2 * half} items cut ...]", *items[-half:]]
+        return items
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _bounded(str(value), key, scale)  # a path, a version: written as its text
+
+
+def bounded_line(record: dict) -> str:
+    """The record as one results line of at most LINE_LIMIT bytes, its texts `portable`: every text
+    field within its limit, the limits tightened where the fields together still exceed the line's."""
+    scale = 1.0
+    while True:
+        line = json.dumps(_bounded(record, None, scale))
+        if len(line.encode()) <= LINE_LIMIT or scale < 1e-3:
+            return line
+        scale /= 2
+
+
+def identity(session: str, torch: str | None = None, gpu: bool = False) -> Identity:
+    """The session's identity from the matrix (harness.core.matrix.Session.identity); a session
+    outside the matrix (a local run) is its own plain row on the device it ran on."""
+    from harness.core import matrix
+
+    try:
+        return matrix.find(session).identity
+    except matrix.MatrixError:
+        device = "cuda" if gpu else "cpu"
+        return Identity(session=session, device=device, line=device, row=torch or "?", label=None, plain=session,
+                        lightning_of=None)
+
+
+def case_record(data: PhaseData, **more) -> CaseRecord:
+    """A case record from what a run reported (`data`: the worst phase's)."""
+    record = {"kind": "case", **{key: data.get(key) for key in CASE_KEYS}, **more}
+    record["declared"] = record["declared"] or []
+    record.update({key: data[key] for key in OPTIONAL_CASE_KEYS if data.get(key)})
+    return record
+
+
+def _from_upstream(outcome: str, refs: list) -> dict:
+    """Schema 1's `upstream` (the refs declared for the case, the matched one first) as schema 2's
+    fields: the matched reference only where the outcome names one."""
+    matched = refs[0] if refs and outcome in REFERENCED else None
+    return {"reference": matched, "declared": [{"ref": ref} for ref in dict.fromkeys(refs)]}
+
+
+def upgrade(record: dict) -> dict:
+    """A record of any readable schema as schema 2: a case's `upstream` as `reference`/`declared`,
+    an environment without `identity` given the matrix's."""
+    record = {**record, "schema": SCHEMA_VERSION}
+    if record["kind"] == "case" and "upstream" in record:
+        legacy = _from_upstream(record["outcome"], record.pop("upstream") or [])
+        record = {**record, **legacy, **{k: record[k] for k in ("reference", "declared") if k in record}}
+    elif record["kind"] == "environment" and "identity" not in record:
+        record["identity"] = identity(record.get("session") or "?", record.get("torch"), bool(record.get("gpu")))
+    return record
+
+
+def portable(text: str) -> str:
+    """`text` without this machine's paths: the running environment as `<venv>`, the checkout's
+    files relative to its root, Python's own installation as `<python>`, the temp dir as `<tmp>`;
+    so that records of two machines compare equal."""
+    places = {sys.prefix: "<venv>", sys.base_prefix: "<python>",  # outside a venv the two are one: <python>
+              tempfile.gettempdir(): "<tmp>", str(paths.ROOT) + os.sep: ""}
+    for place in sorted(places, key=len, reverse=True):  # the venv may lie inside the checkout
+        text = text.replace(place, places[place])
+    return text
+
+
+class ResultsError(BadInput):
+    """A results file cannot be written or read."""
+
+
+def check_writable(directory: pathlib.Path) -> None:
+    """ResultsError unless results can be written in `directory` (made if missing)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise ResultsError(f"cannot write results to {directory}: {exc.strerror or exc}") from exc
+
+
+class ResultsWriter:
+    """Appends records to `path`; every record is on disk once `write` returns.
+
+    A file left by an earlier run of the same session is moved to `previous/`
+    beside it, never overwritten.
+    """
+
+    def __init__(self, path: pathlib.Path):
+        self.path = pathlib.Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists():
+                self._keep_previous()
+            self._file = open(self.path, "x", encoding="utf-8")
+        except OSError as exc:
+            raise ResultsError(f"cannot write results to {self.path}: {exc.strerror or exc}") from exc
+
+    def _keep_previous(self) -> None:
+        previous = self.path.parent / "previous"
+        previous.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.path.stat().st_mtime))
+        target = previous / f"{self.path.stem}.{stamp}{paths.RESULTS_SUFFIX}"
+        n = 1
+        while target.exists():
+            target = previous / f"{self.path.stem}.{stamp}.{n}{paths.RESULTS_SUFFIX}"
+            n += 1
+        os.replace(self.path, target)
+
+    def write(self, record: dict) -> None:
+        """Any record read or built here, written as schema 2 (a carried schema 1 record is upgraded)."""
+        record = upgrade({"schema": record.get("schema", SCHEMA_VERSION), **record})
+        line = bounded_line(record)
+        self._file.write(line + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read(path: pathlib.Path) -> list[dict]:
+    """All records of a results file; ResultsError naming file and line on a bad one."""
+    records = []
+    path = pathlib.Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot read: {exc}") from exc
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ResultsError(f"{path}:{number}: not a JSON record ({exc.msg})") from exc
+        if not isinstance(record, dict) or "kind" not in record:
+            raise ResultsError(f"{path}:{number}: not a harness record (no 'kind')")
+        if record.get("schema") not in READABLE_SCHEMAS:
+            raise ResultsError(f"{path}:{number}: schema {record.get('schema')!r}, this harness reads "
+                               f"{', '.join(map(str, READABLE_SCHEMAS))}")
+        if record["kind"] == "case" and record.get("outcome") not in OUTCOMES:
+            raise ResultsError(f"{path}:{number}: unknown outcome {record.get('outcome')!r}")
+        records.append(upgrade(record))
+    if not records or records[0]["kind"] != "environment":
+        raise ResultsError(f"{path}:1: the file does not start with an environment record")
+    return records
+
+
+def find_case(path: pathlib.Path, case_id: str) -> tuple[dict | None, dict | None]:
+    """(environment record, last record of `case_id`) of a results file that may be damaged:
+    a line that does not parse is passed over, so a run killed mid-write still answers."""
+    environment = record = None
+    try:
+        lines = pathlib.Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None, None
+    for line in lines:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(data, dict) or data.get("schema") not in READABLE_SCHEMAS:
+            continue
+        if data.get("kind") == "environment":
+            environment = upgrade(data)
+        elif data.get("kind") == "case" and data.get("case") == case_id and data.get("outcome") in OUTCOMES:
+            record = upgrade(data)
+    return environment, record
+
+
+def write_atomically(path: pathlib.Path, text: str) -> None:
+    """`text` as the whole of `path`, or nothing at all: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary new file: mkstemp's are private
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

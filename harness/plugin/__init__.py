@@ -1,0 +1,108 @@
+"""pytest plugin of the harness (`-p harness.plugin`): its options, and which role each process plays.
+
+- Where cases run (an xdist worker, or pytest's own process when nothing is distributed):
+  `harness.plugin.runner.CaseRunner` runs each case and classifies its outcome.
+- Where the results file is written (xdist's controller, or pytest's own process):
+  `harness.plugin.recorder.ResultsRecorder` appends one record per case, crashed ones included.
+- xdist's controller: `harness.plugin.scheduling` keeps the cases' order when a worker dies.
+
+Loaded by cases/conftest.py, so plain `pytest cases/` records too. Everything in this folder runs in a
+session's venv, and every module of it (with harness/core) is in the reuse key (harness.plugin.reuse).
+"""
+
+from __future__ import annotations
+
+import os
+
+from harness.core import limits, paths
+from harness.plugin import lightning_use
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("harness")
+    group.addoption("--results-dir", default=None,
+                    help=f"where <session>.jsonl goes (default ${paths.RESULTS_ENV} or ./results)")
+    group.addoption("--session-name", default=None,
+                    help="results file name (default $HARNESS_SESSION, else local_torch<version>)")
+    group.addoption("--case-reruns", type=int, default=limits.case_reruns(),
+                    help="run a failing case this many more times; attempts that disagree make it `flaky` "
+                         f"(default ${limits.RERUNS_ENV} or {limits.DEFAULT_RERUNS}; pytest-rerunfailures' --reruns and flaky marker "
+                         "set it too where that plugin is installed)")
+    group.addoption("--reuse-plan", default=None, metavar="PATH",
+                    help="written by `python -m harness.plugin.reuse` (nox sessions): records to carry over from the "
+                         "last run into this one, and the reuse keys to keep")
+    group.addoption("--isolation", choices=("auto", "fork", "none"),
+                    default=os.environ.get("HARNESS_ISOLATION", "auto"),
+                    help="where each attempt of a case runs: `fork`, a child forked from the warm process, so "
+                         "that no case meets what an earlier one changed (harness.plugin.isolation); `none`, the "
+                         "process itself, with known torch state reset between cases; `auto` (default, or "
+                         "$HARNESS_ISOLATION), fork where a forked child can run cases")
+    group.addoption("--lightning-cases", action="store_true",
+                    help="run only the cases that use Lightning (harness.plugin.lightning_use): a Lightning-axis session")
+    group.addoption("--memory-limit", default=limits.memory_limit(),
+                    help="data memory of each process that runs cases: N%% of this machine's memory shared "
+                         "by the workers, or a size such as 8G; 0 for none. A case that exceeds it is "
+                         f"recorded as `crash` (out of memory) (default ${limits.MEMORY_LIMIT_ENV} or "
+                         f"{limits.DEFAULT_MEMORY_LIMIT}%)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "upstream_bug(ref, raises, match=None, since=None, until=None): a known upstream bug on torch "
+        "`since` to `until` (inclusive, either open); there, the case is `known` when it fails with `raises` "
+        "(a class name; `match` searched in the message) and `fixed` when it passes; elsewhere the "
+        "declaration does not apply. Several markers of one ref may give one message per version range")
+    config.addinivalue_line(
+        "markers",
+        "limitation(ref, raises, match=None, since=None, until=None): documented behaviour of torch.compile "
+        "that rejects what the case does; the case is `limitation` when it raises that way, `pass` when it "
+        "does not")
+    config.addinivalue_line(
+        "markers", "flaky(reruns=1): pytest-rerunfailures' marker, honoured without it: run a failing case "
+        "up to `reruns` more times")
+    config.addinivalue_line(
+        "markers", f"{lightning_use.MARKER}: this parametrisation of a case that uses Lightning does not (a "
+        "control): a Lightning-axis session does not run it")
+    _adopt_rerunfailures_option(config)
+    worker = getattr(config, "workerinput", None)
+    distributing = worker is None and getattr(config.option, "dist", "no") != "no"
+    if not distributing:
+        from harness.plugin import runner
+
+        config.pluginmanager.register(runner, "harness-case-fixture")
+        config.pluginmanager.register(runner.CaseRunner(config, worker), "harness-runner")
+    if worker is None:
+        from harness.plugin.recorder import ResultsRecorder
+
+        config.pluginmanager.register(ResultsRecorder(config), "harness-recorder")
+    if distributing:
+        from harness.plugin import scheduling
+
+        config.pluginmanager.register(scheduling, "harness-scheduling")
+
+
+def pytest_collection_modifyitems(config, items):
+    """--lightning-cases: the cases that do not use Lightning are deselected (their outcome does not
+    depend on its release; the row's own session runs them)."""
+    if config.getoption("lightning_cases"):
+        chosen, others = lightning_use.lightning_items(items)
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = chosen
+
+
+def _adopt_rerunfailures_option(config) -> None:
+    """With pytest-rerunfailures installed, its `--reruns N` sets how often a failing case runs
+    again; the harness runs the attempts itself (each from a clean torch state), so that
+    plugin's own loop is left idle."""
+    reruns = getattr(config.option, "reruns", None)
+    if config.pluginmanager.hasplugin("rerunfailures") and reruns is not None:
+        config.option.case_reruns = reruns
+        config.option.reruns = None
+
+
+def pytest_report_teststatus(report):
+    """An attempt that runs again: `R`, as pytest-rerunfailures shows it."""
+    if report.outcome == "rerun":
+        return "rerun", "R", ("RERUN", {"yellow": True})

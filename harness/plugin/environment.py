@@ -1,0 +1,100 @@
+"""The environment record that opens every results file."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+
+from harness.core import paths, records, versions
+from harness.core.sessions import SESSION_ENV
+from harness.core.venvs import install_environment, installed_torch_wheel
+
+
+def git_commit(root: pathlib.Path = paths.ROOT) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _in_checkout(dist, root: pathlib.Path) -> bool:
+    """The project's own metadata found in the checkout itself (the editable install's
+    torch_compile_matrix.egg-info, seen through the cwd entry of sys.path): the harness is not an
+    installed package of the session, and its sources are keyed on their own."""
+    try:
+        return pathlib.Path(dist.locate_file("")).resolve() == root
+    except (OSError, TypeError, NotImplementedError):  # a distribution with no place on disk
+        return False
+
+
+def installed_packages(root: pathlib.Path = paths.ROOT) -> list[str]:
+    """`name==version` of every distribution the interpreter sees, but the checkout's own (`root`)."""
+    names = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name and not _in_checkout(dist, pathlib.Path(root).resolve()):
+            names[name.lower()] = f"{name}=={dist.version}"
+    return [names[key] for key in sorted(names)]
+
+
+def _collect_env():
+    """torch's own collect_env: the same text users paste into upstream issues."""
+    try:
+        from torch.utils import collect_env
+
+        info = collect_env.get_env_info()
+        pretty = collect_env.pretty_str(info)
+    except Exception as exc:  # collect_env shells out; a missing tool must not stop the run
+        return None, f"collect_env failed: {type(exc).__name__}: {exc}"
+    return info, pretty
+
+
+def _cpu_model(lscpu: str | None) -> str:
+    """The 'Model name' line of collect_env's lscpu output, else what platform knows."""
+    for line in (lscpu or "").splitlines():
+        if line.strip().startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def environment_record(session: str) -> dict:
+    import torch
+
+    info, pretty = _collect_env()
+    gpu_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "kind": "environment",
+        "session": session,
+        "identity": records.identity(session, torch.__version__, torch.cuda.is_available()),
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "triton": versions.installed("triton", "pytorch-triton"),
+        "lightning": versions.installed("lightning"),
+        "pytorch_lightning": versions.installed("pytorch-lightning"),
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "gpu": gpu_name,
+        "gpu_driver": getattr(info, "nvidia_driver_version", None),
+        "cpu": _cpu_model(getattr(info, "cpu_info", None)),
+        "os": getattr(info, "os", None) or platform.platform(),
+        "git_commit": git_commit(),
+        "harness_session": os.environ.get(SESSION_ENV),
+        "install_environment": install_environment(),
+        "torch_wheel": installed_torch_wheel(),  # {"build": "cpu"|"registry default"|index, "index", "reason"?}
+        "packages": installed_packages(),
+        "collect_env": pretty,
+    }
+
+
+if __name__ == "__main__":  # the plugin runs this beside the session to gather the record
+    import json
+
+    print(json.dumps(environment_record(sys.argv[1]), default=str))

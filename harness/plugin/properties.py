@@ -1,0 +1,142 @@
+"""Property-based cases: hypothesis draws small programs around a feature; each one is checked
+against eager from a reset Dynamo.
+
+A property case calls `explore(case, name, strategy, check, pinned=...)`:
+
+    def test_property_region(case, device, backend, fullgraph):
+        explore(case, "region", region_programs(), lambda program: check_program(case, program, device),
+                pinned=[RegionProgram(...)])
+
+Two modes, read here and nowhere else:
+- the table (default): a fixed seed per property, derandomized, `TABLE_EXAMPLES[backend]` drawn
+  examples plus every pinned one, no shrinking. Every example runs even after one fails, so the
+  record lists every failing example; one failure is raised as it is, several as an
+  ExceptionGroup (harness.core.outcomes classifies each: a failure no declaration matches wins).
+- explore (`HARNESS_EXPLORE=N`, `nox -s explore`): N examples from a fresh seed (or
+  `HARNESS_EXPLORE_SEED`), and hypothesis shrinks what fails; its exception is raised as hypothesis
+  reports it (the shrunk example's own, or a group of distinct ones).
+
+The record (`metrics.property`) carries the mode, the seed, how many examples ran and each failing
+example: its program (source), figures and error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import zlib
+
+import hypothesis
+from hypothesis import HealthCheck, Phase
+
+from harness.core import outcomes
+
+if sys.version_info < (3, 11):  # hypothesis depends on the backport there
+    from exceptiongroup import ExceptionGroup
+
+EXPLORE_ENV, SEED_ENV = "HARNESS_EXPLORE", "HARNESS_EXPLORE_SEED"
+# Examples drawn per property and cell in the table: where bugs live (AOTAutograd, inductor) more.
+TABLE_EXAMPLES = {"eager": 1, "aot_eager": 2, "inductor": 3}
+SLOW_CHECKS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
+               HealthCheck.large_base_example]
+KEPT_FAILURES = 5  # failing examples a record lists in full
+
+
+def explore_examples() -> int:
+    """N of HARNESS_EXPLORE=N (explore mode), 0 for the table."""
+    value = os.environ.get(EXPLORE_ENV, "").strip()
+    return int(value) if value else 0
+
+
+def mode_settings(name: str, backend: str) -> tuple[dict, hypothesis.settings, int]:
+    """(what the record says about the mode, hypothesis's settings, the seed)."""
+    common = dict(deadline=None, database=None, suppress_health_check=SLOW_CHECKS, print_blob=True)
+    explore_n = explore_examples()
+    if explore_n:
+        seed = int(os.environ.get(SEED_ENV) or random.SystemRandom().getrandbits(32))
+        return ({"mode": "explore", "seed": seed, "max_examples": explore_n},
+                hypothesis.settings(max_examples=explore_n, derandomize=False, **common), seed)
+    seed = zlib.crc32(name.encode())  # the same examples on every row, whatever else changes in the file
+    examples = TABLE_EXAMPLES.get(backend, 2)
+    return ({"mode": "table", "seed": seed, "max_examples": examples},
+            hypothesis.settings(max_examples=examples, derandomize=True, phases=[Phase.explicit, Phase.generate],
+                                **common), seed)
+
+
+def reset_example() -> None:
+    """Each example starts where a fresh process would: no compiled code, no counters, no recompile
+    limit reached, and the seed the matrix starts every case with (so that one example replayed
+    alone, by `repro`, draws the inputs it drew in the table)."""
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+
+
+def error_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in outcomes.exception_text(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
+    """Run `check(program)` for each program drawn from `strategy` (and each of `pinned`), as the mode
+    says. `about`: what the record should say of the program space (the ops this torch offers, say).
+    A check that records `op_class` has each example counted by it (`examples_by_class`)."""
+    summary, settings, seed = mode_settings(name, case.backend)
+    summary.update(about or {})
+    table = summary["mode"] == "table"
+    failures: list[tuple[object, BaseException, dict]] = []
+    ran = []
+    by_class: dict[str, int] = {}
+
+    def run(program):
+        reset_example()
+        case.metrics.clear()
+        ran.append(program)
+        try:
+            check(program)
+        except (MemoryError, hypothesis.errors.HypothesisException):
+            raise
+        except Exception as exc:
+            failures.append((program, exc, dict(case.metrics)))
+            if not table:
+                raise  # hypothesis shrinks it
+        finally:
+            if "op_class" in case.metrics:  # judged, passing or failing (not an example hypothesis rejected)
+                by_class[case.metrics["op_class"]] = by_class.get(case.metrics["op_class"], 0) + 1
+
+    test = hypothesis.given(program=strategy)(run)
+    for program in reversed(list(pinned)):
+        test = hypothesis.example(program=program)(test)
+    test = hypothesis.seed(seed)(settings(test))
+    try:
+        test()
+    except BaseException as exc:
+        summary["hypothesis_notes"] = [n for n in getattr(exc, "__notes__", []) if n.strip()][:6]
+        raise
+    finally:
+        summary.update(examples_run=len(ran), pinned=len(pinned), examples_failed=len(failures),
+                       **({"examples_by_class": by_class} if by_class else {}),
+                       failing_examples=[{"program": getattr(p, "source", repr(p)), "figures": repr(p),
+                                          "metrics": m, "error": error_line(e)} for p, e, m in failures[-KEPT_FAILURES:]])
+        if not table and ran:
+            summary["last_example"] = getattr(ran[-1], "source", repr(ran[-1]))  # hypothesis replays the shrunk one last
+        case.record(property=json.loads(json.dumps(summary, default=repr)))  # what a record can carry
+    if failures:
+        raise_failures([e for _, e, _ in failures], summary)
+
+
+def raise_failures(errors: list[BaseException], summary: dict) -> None:
+    """One distinct failure as it is; several (by class and first line) as an ExceptionGroup."""
+    distinct = {}
+    for exc in errors:
+        distinct.setdefault(error_line(exc), exc)
+    if len(distinct) == 1:
+        raise errors[-1]
+    raise ExceptionGroup(f"{summary['examples_failed']} of {summary['examples_run']} examples failed, "
+                         f"{len(distinct)} ways: " + " | ".join(distinct), list(distinct.values()))

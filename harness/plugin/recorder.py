@@ -1,0 +1,214 @@
+"""The process that owns the results file (xdist's controller, or pytest's own process): one record
+per case, appended and flushed as each case finishes, including cases whose worker died.
+
+The results file is harness.core.paths.results_path of the session: $HARNESS_SESSION (set by nox),
+else the local session the matrix names after the running torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.core import caseid, matrix, outcomes, paths, records, versions
+from harness.core.sessions import SESSION_ENV
+from harness.plugin import junit, workerlog
+
+
+def recorded_session(config) -> str:
+    """The session this run records as: --session-name, $HARNESS_SESSION, else a local session."""
+    name = config.getoption("session_name") or os.environ.get(SESSION_ENV)
+    return name or matrix.local_session_name(versions.installed("torch") or "unknown")
+
+
+def check_session_pins(name: str, gpu: bool = True) -> None:
+    """Inside a matrix session, refuse to run (and to touch its results) if the pins drifted
+    (`gpu=False`: collecting only, a CUDA session need not see a GPU)."""
+    from harness.core import envcheck
+
+    try:
+        session = matrix.find(name)
+    except matrix.MatrixError:
+        return  # not a matrix session: record the environment as it is
+    try:
+        envcheck.check(session, gpu=gpu)
+    except envcheck.EnvironmentMismatch as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+class EnvironmentProbe:
+    """`python -m harness.plugin.environment SESSION` beside the run: the environment record (it
+    imports torch and runs collect_env, which this process need not wait for)."""
+
+    def __init__(self, name: str):
+        self.process = subprocess.Popen([sys.executable, "-m", "harness.plugin.environment", name],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=paths.ROOT)
+        self.record = None
+
+    def result(self) -> dict:
+        if self.record is None:
+            out, err = self.process.communicate()
+            if self.process.returncode != 0:
+                raise pytest.UsageError(f"cannot read this environment: {err.strip().splitlines()[-1:]}")
+            self.record = json.loads(out)
+        return self.record
+
+
+def _exit_status(worker) -> int | None:
+    """How a dead xdist worker ended (negative: the signal), where execnet can tell."""
+    popen = getattr(getattr(getattr(worker, "gateway", None), "_io", None), "popen", None)
+    if popen is None:
+        return None
+    try:
+        return popen.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # still dying: the record says it died, without its status
+        return None
+
+
+class ResultsRecorder:
+    def __init__(self, config):
+        self.config = config
+        self.writer = None
+        self.environment = None
+        self.pending: dict[str, list[dict]] = {}
+        self.durations: dict[str, float] = {}
+        self.locations: dict[str, dict] = {}  # nodeid -> {"file", "line"} of its test function
+        self.counts: dict[str, int] = {}
+        self.worker_dir = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session):
+        self.name = recorded_session(self.config)
+        check_session_pins(self.name, gpu=not self.config.option.collectonly)
+        directory = self.config.getoption("results_dir") or paths.results_dir(self.config.rootpath)
+        self.path = paths.results_path(self.name, directory)
+        try:
+            records.check_writable(self.path.parent)
+        except records.ResultsError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        # The file itself is opened with the first record: a run that records nothing
+        # (a usage error, nothing collected) leaves an earlier file where it was.
+        self.environment = EnvironmentProbe(self.name)
+        plan = self.config.getoption("reuse_plan")
+        self.plan = json.loads(pathlib.Path(plan).read_text()) if plan else None
+        self.started = time.time()
+        # The workers' logs: what every case printed, in full (a record keeps the ends of a long text
+        # and names its log). Kept with pytest's base temporary directory, its last three runs.
+        self.worker_dir = self.config._tmp_path_factory.mktemp(f"harness-{self.name}-logs")
+
+    # --- xdist: the controller's view of its workers ---
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node):
+        """Tell each worker where to keep its output log."""
+        node.workerinput["harness_worker_dir"] = str(self.worker_dir)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.collected = ids
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem, report, sched):
+        """A worker died running `crashitem`: the record says how, from what the worker printed.
+        The scheduler does not hand the case to the next worker (see harness.plugin.scheduling)."""
+        worker = report.node
+        noted, output = workerlog.crashed_case(self.worker_dir, worker.gateway.id, crashitem)
+        outcome, message = outcomes.crash_summary(output, _exit_status(worker), caseid.nodeid_file(crashitem),
+                                                   noted.get("time_limit"))
+        tail = workerlog.shorten(output)
+        if "started" in noted:
+            report.duration = time.time() - noted["started"]
+        records.attach_phase(report, records.phase_data(
+            noted.get("identity") or caseid.identity_from_nodeid(crashitem), "crash", outcome, message=message,
+            metrics=noted.get("metrics"), output_tail=tail,
+            log=str(workerlog.WorkerLog(self.worker_dir, worker.gateway.id).path)))
+        report.longrepr = f"{message}\n\n{tail}" if tail else message
+
+    def _unknown_cases(self) -> list[str]:
+        """Node ids asked for on the command line that no worker collected (pytest itself says
+        so only without xdist)."""
+        collected = getattr(self, "collected", None)
+        if collected is None:
+            return []
+        asked = [arg for arg in self.config.args if caseid.is_nodeid(arg)]
+        return [arg for arg in asked
+                if not any(c == arg or c.startswith((arg + "[", arg + "::")) for c in collected)]
+
+    # --- records ---
+
+    def _write(self, record: dict) -> None:
+        if self.writer is None:
+            try:
+                self.writer = records.ResultsWriter(self.path)
+            except records.ResultsError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            environment = self.environment.result()
+            if self.plan is not None:
+                environment.update(reuse_keys=self.plan["keys"], reuse_sources=self.plan["sources"])
+            self.writer.write(environment)
+        self.writer.write(record)
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        """Where the case's function is (xdist forwards this before the case runs: a crash has it too)."""
+        if location and location[1] is not None:
+            self.locations[nodeid] = {"file": location[0], "line": location[1] + 1}
+
+    def pytest_runtest_logreport(self, report):
+        data = records.phase_of(report)
+        if data is None:
+            return
+        self.pending.setdefault(report.nodeid, []).append(data)
+        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + report.duration
+        if data["phase"] in ("teardown", "crash"):
+            self._finish(report.nodeid)
+
+    def _finish(self, nodeid: str) -> None:
+        phases = self.pending.pop(nodeid)
+        worst = outcomes.worst(phases, outcome=lambda phase: phase["outcome"])
+        metrics = {}
+        for phase in phases:
+            metrics.update(phase.get("metrics") or {})
+        record = records.case_record(worst, metrics=metrics, duration=round(self.durations.pop(nodeid, 0.0), 4),
+                                     nodeid=nodeid, location=self.locations.pop(nodeid, None))
+        self.counts[record["outcome"]] = self.counts.get(record["outcome"], 0) + 1
+        self._write(record)
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        unknown = self._unknown_cases()
+        if unknown:
+            # workers collected only what was asked for: `python -m harness repro ID` names the closest
+            self.config.get_terminal_writer().line(f"ERROR: unknown case {unknown[0]}", red=True)
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        if self.environment is None:
+            return
+        for nodeid in list(self.pending):  # reported but never torn down
+            self._finish(nodeid)
+        carried = self.plan["carried"] if self.plan else []
+        for record in carried:  # measured in an earlier run; each says which
+            self.counts[record["outcome"]] = self.counts.get(record["outcome"], 0) + 1
+            self._write({k: v for k, v in record.items() if k != "schema"})
+        if any(r["outcome"] in outcomes.HARD for r in carried) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a failure stays one when it is carried over
+        if self.writer is None:
+            return
+        self.writer.write({
+            "kind": "end",
+            "exitstatus": int(session.exitstatus),
+            "counts": self.counts,
+            "reused": len(carried),
+            "seconds": round(time.time() - self.started, 2),
+        })
+        self.writer.close()
+        junit.write(self.path.with_suffix(".xml"), records.read(self.path))
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.environment is not None:
+            counts = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items()))
+            where = self.writer.path if self.writer else "no results file written"
+            terminalreporter.write_line(f"harness: {counts or 'no cases'} -> {where}")

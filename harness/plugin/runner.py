@@ -1,0 +1,362 @@
+"""Where cases run: an xdist worker, or pytest's own process when nothing is distributed.
+
+One protocol loop: every attempt of a case starts from the same clean torch state, runs within the
+case's time limit and the process's memory limit, and a failing case runs again (`--case-reruns`);
+attempts that are retried show as `R` in pytest's output. Start-up (torch, Dynamo and inductor
+imports, the state snapshot, the memory limit) happens once per process, before any case's clock
+starts, so that no case is charged for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import re
+import sys
+import traceback
+
+import pytest
+from _pytest.runner import runtestprotocol
+
+from harness.core import limits, outcomes, records
+from harness.core.caseid import case_identity
+from harness.plugin import isolation
+from harness.plugin.warmup import warm_up
+from harness.plugin.workerlog import WorkerLog
+
+CASE_RUN = pytest.StashKey["CaseRun"]()
+TIMER_SETTINGS = pytest.StashKey[object]()  # pytest-timeout's settings of a case, for its own process
+
+
+# --- what a case may use --------------------------------------------------------------------
+
+@pytest.fixture
+def case(request):
+    """The running case: `case.check(fn, *inputs)` compares eager and compiled runs."""
+    from harness.plugin.casekit import CaseRun
+
+    run = CaseRun(case_identity(request.node)["params"])
+    request.node.stash[CASE_RUN] = run
+    return run
+
+
+# --- limits -----------------------------------------------------------------------------------
+
+def time_limit(item) -> float | None:
+    """The case's limit as pytest-timeout applies it: its `timeout` marker, else `--timeout`
+    (or the ini value). None or 0: no limit."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        value = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+    else:
+        value = item.config.getoption("timeout", None)
+        if value is None:
+            try:
+                value = item.config.getini("timeout")
+            except ValueError:  # pytest-timeout not loaded
+                value = None
+    try:
+        return float(value) or None
+    except (TypeError, ValueError):
+        return None
+
+
+def backstop_after(limit: float) -> float:
+    """When the process is ended if the case is still running: pytest-timeout's own thread
+    needs the GIL, so a hang that holds it (a native call) is ended by faulthandler's
+    C-level watchdog instead, a little later."""
+    return limit + 10 + 0.1 * limit
+
+
+def skipped_by_marks(item) -> bool:
+    """Whether the case's skip and skipif marks skip it: pytest then skips it before any fixture or
+    code of the case runs (its skipping plugin decides first, in setup)."""
+    from _pytest.skipping import evaluate_skip_marks
+
+    try:
+        return evaluate_skip_marks(item) is not None
+    except Exception:  # a condition that raises: the attempt meets it again and records it
+        return False
+
+
+def rerun_count(item, default: int) -> int:
+    """How often a failing case runs again: pytest-rerunfailures' `flaky(reruns=N)` marker where
+    a case has one, else the session's setting."""
+    marker = item.get_closest_marker("flaky")
+    if marker is None:
+        return default
+    return int(marker.kwargs.get("reruns", marker.args[0] if marker.args else 1))
+
+
+def read_captured_output_with_replacement() -> None:
+    """A case that writes bytes that are not UTF-8 to `sys.stdout.buffer` must still get its own
+    outcome: pytest's sys-level capture decodes what it caught strictly (`CaptureIO.getvalue`), and
+    its UnicodeDecodeError would replace the case's failure with an error of the harness."""
+    from _pytest import capture
+
+    def getvalue(self) -> str:
+        return self.buffer.getvalue().decode("UTF-8", errors="replace")
+
+    capture.CaptureIO.getvalue = getvalue
+
+
+class WorkingDirectory:
+    """An attempt runs in a directory of its own under pytest's base temporary directory (kept for
+    pytest's last three runs), so that what a case writes (`lightning_logs/`, a `torch.save` to a
+    relative path) never lands in the checkout. `kept`: where, when the case left something there;
+    an empty one is removed."""
+
+    def __init__(self, item):
+        name = re.sub(r"\W+", "_", case_identity(item)["case"])[:60]
+        self.path = item.config._tmp_path_factory.mktemp(f"case-{name}-", numbered=True)
+        self.kept = None
+
+    def __enter__(self):
+        self.before = os.getcwd()
+        os.chdir(self.path)
+        return self
+
+    def __exit__(self, *exc_info):
+        os.chdir(self.before)
+        try:
+            if any(self.path.iterdir()):
+                self.kept = self.path
+            else:
+                self.path.rmdir()
+        except FileNotFoundError:  # the case removed it
+            pass
+        except OSError:  # the case made it unreadable: it left something
+            self.kept = self.path
+
+
+# --- between attempts -----------------------------------------------------------------------------
+
+def _outcome_of(reports) -> records.PhaseData:
+    """The most severe phase of one attempt, as the record will show it."""
+    return outcomes.worst([d for d in map(records.phase_of, reports) if d is not None], outcome=lambda d: d["outcome"])
+
+
+def reset_fixtures(item) -> None:
+    """Let the next attempt set the case up from scratch: drop the failed attempt's fixture
+    results and setup state (what pytest-rerunfailures does), then a fresh fixture request."""
+    for definitions in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
+        for definition in definitions:
+            cached = getattr(definition, "cached_result", None)
+            if cached is not None and cached[2] is not None:  # the fixture raised
+                definition.cached_result = None
+                getattr(definition, "_finalizers", []).clear()
+    stack = item.session._setupstate.stack
+    if item in stack:
+        del stack[item]
+    item._initrequest()
+
+
+def log_as_rerun(item, reports) -> None:
+    """Show an attempt that will be retried: its failed phases as `rerun` (pytest prints `R`),
+    without harness data, so that only the final attempt makes a record."""
+    for report in reports:
+        if report.failed:
+            report.outcome = "rerun"
+            report.user_properties = [(k, v) for k, v in report.user_properties if k != records.PHASE_PROPERTY]
+            item.ihook.pytest_runtest_logreport(report=report)
+
+
+# --- classification ---------------------------------------------------------------------------
+
+def classify_phase(item, call, report) -> records.PhaseData:
+    """The outcome of one phase of a case, set on pytest's report too (a known bug or a
+    documented limitation shows as xfailed, a fixed bug as xpassed). `reference` is the one
+    declaration the run met; `declared`, what the case declares for this torch."""
+    import torch
+
+    declared = outcomes.declared_for(item, torch.__version__)
+    run = item.stash.get(CASE_RUN, None)
+    data = records.phase_data(case_identity(item), report.when, "error", declared=[e.as_record() for e in declared],
+                              metrics=run.metrics if run is not None else {})
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        data.update(outcome="skip", message=reason.removeprefix("Skipped: "))
+        return data
+    if report.passed:
+        bugs = [e.ref for e in declared if e.kind == "known"]
+        data["outcome"] = "fixed" if (report.when == "call" and bugs) else "pass"
+        if data["outcome"] == "fixed":
+            data["reference"] = bugs[0]
+            report.wasxfail = f"fixed upstream? {bugs[0]} no longer reproduces"
+        return data
+    exc = call.excinfo.value if call.excinfo else None
+    if exc is None:
+        data["outcome"] = "error"
+        return data
+    data.update(exc_type=outcomes.qualname(type(exc)), message=outcomes.message_line(exc))
+    if outcomes.is_instance_named(exc, "Failed") and data["message"].startswith("Timeout"):
+        data["outcome"] = "timeout"  # pytest-timeout's signal method interrupted the case
+        return data
+    if outcomes.out_of_memory(exc):
+        data.update(outcome="crash", message=f"out of memory: {data['message']}")
+        return data
+    if report.when != "call" or outcomes.is_instance_named(exc, "harness.plugin.casekit.HarnessError"):
+        data["outcome"] = "error"
+        return data
+    outcome, ref = outcomes.classify_exception(exc, declared)
+    data.update(outcome=outcome, reference=ref)
+    if ref:
+        report.outcome = "skipped"  # pytest shows it as xfailed
+        report.wasxfail = f"{ref}: {data['message']}"
+    return data
+
+
+# --- the runner -----------------------------------------------------------------------------------
+
+class CaseRunner:
+    def __init__(self, config, workerinput: dict | None):
+        self.config = config
+        self.reruns = max(config.getoption("case_reruns"), 0)
+        workers = 1
+        directory = None
+        if workerinput:
+            workers = int(workerinput.get("workercount", 1))
+            directory = workerinput.get("harness_worker_dir")
+        self.log = WorkerLog(directory, workerinput["workerid"]) if directory else None
+        self.memory = limits.memory_limit_bytes(config.getoption("memory_limit"), workers)
+        self.previous_memory_limit = None
+        self.state = None
+        self.isolation = config.getoption("isolation")
+        self.forking = self.isolation != "none" and hasattr(os, "fork")
+        self.in_child = False
+        read_captured_output_with_replacement()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session):
+        if self.log is not None:
+            self.log.capture()
+        self.previous_memory_limit = limits.limit_memory(self.memory)
+        if self.forking:
+            os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # is_available() must not touch CUDA here
+        # Made here, once: a forked child that made it first would make it anew, deleting what every
+        # earlier case left there (with xdist the base is given, and pytest clears a given one).
+        self.config._tmp_path_factory.getbasetemp()
+        warm_up(self.forking)
+        from harness.plugin.torchstate import TorchState
+
+        self.state = TorchState()
+        if self.forking:
+            reason = isolation.probe()
+            if reason and self.isolation == "fork":
+                raise pytest.UsageError(f"--isolation=fork: a forked child cannot run cases here: {reason}")
+            if reason:  # --isolation=auto
+                self.forking = False
+                print(f"harness: cases share this process (a forked child cannot run them: {reason})",
+                      file=sys.stderr)
+
+    def pytest_sessionfinish(self, session):
+        if self.forking:
+            import gc
+
+            gc.unfreeze()  # what was frozen for the children is this process's to collect again
+        limits.restore_memory_limit(self.previous_memory_limit)  # pytester runs cases inside the test process
+
+    # pytest-timeout arms its timer around the protocol, in this process; with forked cases it is
+    # armed in the case's own process instead (where a hang happens), by pytest-timeout itself.
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_timeout_set_timer(self, item, settings):
+        if self.forking and not self.in_child:
+            item.stash[TIMER_SETTINGS] = settings
+            return True
+        return None
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_timeout_cancel_timer(self, item):
+        return True if self.forking and not self.in_child else None
+
+    @contextlib.contextmanager
+    def time_backstop(self, item):
+        limit = time_limit(item)
+        if limit:
+            out = self.log.file if self.log is not None else sys.__stderr__
+            faulthandler.dump_traceback_later(backstop_after(limit), exit=True, file=out)
+        try:
+            yield
+        finally:
+            if limit:
+                faulthandler.cancel_dump_traceback_later()
+
+    def attempt_here(self, item, nextitem) -> tuple[list, list[str]]:
+        """One attempt in this process: from the clean state, in a working directory of its own,
+        then the state put back."""
+        self.state.fresh()
+        with self.time_backstop(item), WorkingDirectory(item) as workdir:
+            reports = runtestprotocol(item, nextitem=nextitem, log=False)
+        for report in reports:
+            data = records.phase_of(report)
+            if data is None:
+                continue
+            if workdir.kept is not None:
+                data["workdir"] = str(workdir.kept)
+            if self.log is not None and len(data.get("message") or "") > records.text_limit("message"):
+                # The record keeps the message's ends; the whole of it goes to the worker log it names.
+                os.write(2, f"\n=== harness: {report.when} of {item.nodeid}, in full\n{report.longreprtext}\n"
+                         .encode(errors="replace"))
+                data["log"] = str(self.log.path)
+        return reports, self.state.restore()
+
+    def attempt_forked(self, item) -> tuple[list, list[str]]:
+        """One attempt in a child of this process (harness.plugin.isolation); its whole fixture stack is
+        set up and torn down there."""
+        def in_child():
+            self.in_child = True
+            settings = item.stash.get(TIMER_SETTINGS, None)
+            if settings is not None:
+                item.config.hook.pytest_timeout_set_timer(item=item, settings=settings)
+            return self.attempt_here(item, None)
+
+        limit = time_limit(item)
+        hard = backstop_after(limit) + 30 if limit else None
+        return isolation.ForkedAttempt(item, self.log, limit, hard).run(in_child)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        reruns = rerun_count(item, self.reruns)
+        attempts, leaked = [], []
+        while True:
+            if self.log is not None:
+                self.log.case_started(case_identity(item), time_limit(item))
+            if not self.forking:
+                reports, left = self.attempt_here(item, nextitem)
+            elif skipped_by_marks(item):  # no code of the case runs: no child to fork (CUDA variants here)
+                reports, left = self.attempt_here(item, None)
+            else:
+                reports, left = self.attempt_forked(item)
+            leaked += [thing for thing in left if thing not in leaked]
+            final = _outcome_of(reports)
+            attempts.append({k: final[k] for k in ("outcome", "exc_type", "message")})
+            if final["outcome"] not in outcomes.RETRIED or len(attempts) > reruns:
+                break
+            log_as_rerun(item, reports)
+            if not self.forking:
+                reset_fixtures(item)
+        for report in reports:
+            data = records.phase_of(report)
+            if data is not None and len(attempts) > 1:
+                data["attempts"] = attempts
+                if len({a["outcome"] for a in attempts}) > 1:
+                    data["outcome"] = "flaky"
+            if data is not None and leaked:
+                data["leaked"] = leaked
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        if call.excinfo is not None and outcomes.out_of_memory(call.excinfo.value):
+            # The case's frames still hold what filled the memory: free it before the report is built.
+            traceback.clear_frames(call.excinfo.tb)
+        result = yield
+        report = result.get_result()
+        data = classify_phase(item, call, report)
+        records.attach_phase(report, data)
+        if self.log is not None and data["metrics"]:
+            self.log.phase_done(data["metrics"])

@@ -1,0 +1,2 @@
+"""The regression table: results files read (core.records), worked out (analysis, baseline) and
+rendered (render, templates/)."""

@@ -1,0 +1,126 @@
+"""The report against a baseline (an earlier run's results) and the report's exit status (the
+nightly's colour): regressions and new failing cases fail it, as do expected sessions that have no
+complete results file."""
+
+from __future__ import annotations
+
+from harness.core.outcomes import DECLARED, FAILING, HARD, PASSING
+from harness.report.analysis import NOT_RUN, SessionResult, opening_line
+
+COMPARISONS = ("regressed", "newly failing", "fixed", "new", "removed", "still failing", "flaky")
+COMPARISON_MEANING = {
+    "regressed": "passed in the baseline, fails now",
+    "newly failing": "skipped or flaky in the baseline, fails now",
+    "fixed": "failed in the baseline, passes now",
+    "new": "not in the baseline's session",
+    "removed": "in the baseline, not now (the session finished without it)",
+    "still failing": "failed then, fails now in another way",
+    "flaky": "its attempts disagree now",
+}
+
+
+def _outcome(session: SessionResult, case: str) -> str:
+    if session.absent(case) or case not in session.cases:
+        return NOT_RUN
+    return session.cases[case]["outcome"]
+
+
+def status(session: SessionResult, case: str, then: str, now: str) -> str | None:
+    if now == NOT_RUN and then != NOT_RUN:
+        return "removed" if session.complete and case not in session.cases else None
+    if now == NOT_RUN:
+        return None
+    if then == NOT_RUN:
+        return "new"
+    if now == "flaky":
+        return "flaky"
+    if then in PASSING and now in FAILING:
+        return "regressed"
+    if then not in PASSING and then not in FAILING and now in FAILING:
+        return "newly failing"
+    if then in FAILING and now in PASSING:
+        return "fixed"
+    if then in FAILING and now in FAILING and not (then == now and then in DECLARED):
+        return "still failing"  # a declared failure staying declared is no news
+    return None
+
+
+def compare(current: list[SessionResult], baseline: list[SessionResult]) -> dict:
+    """Each case of each session present now, against the same session in the baseline. A record
+    that skipped for an absent device counts as not run, and so does a family the session did not
+    run at all (a run narrowed to some families says nothing of the others). A session whose torch
+    build differs from its baseline's is not compared case by case: like with like only."""
+    base = {s.name: s for s in baseline}
+    rows, builds_differ = [], []
+    for session in current:
+        old = base.get(session.name)
+        if old is not None and old.torch != session.torch:
+            builds_differ.append({"session": session.name, "baseline": old.torch, "now": session.torch})
+            continue
+        families = {record.get("family") for record in session.cases.values()}
+        for case in sorted(set(session.cases) | {c for c, r in old.cases.items() if r.get("family") in families}
+                           ) if old else ():
+            then, now = _outcome(old, case), _outcome(session, case)
+            found = status(session, case, then, now)
+            if found:
+                record = session.cases.get(case) or {}
+                rows.append({"session": session.name, "case": case, "status": found, "baseline": then, "now": now,
+                             "message": opening_line(record.get("message")), "location": record.get("location")})
+    for row in rows:
+        row["worse"] = worse(row)
+    order = {name: i for i, name in enumerate(COMPARISONS)}
+    rows.sort(key=lambda r: (order[r["status"]], r["session"], r["case"]))
+    now_names = {s.name for s in current}
+    return {"sessions": [s.name for s in baseline], "rows": rows,
+            "counts": {name: sum(1 for r in rows if r["status"] == name) for name in COMPARISONS},
+            "meaning": COMPARISON_MEANING, "builds_differ": builds_differ,
+            "not_in_baseline": [s.name for s in current if s.name not in base],
+            "missing_now": [b.name for b in baseline if b.name not in now_names]}
+
+
+def worse(row: dict) -> bool:
+    """A change for the worse: a case that regressed, or a new (or newly run) case that fails hard."""
+    return row["status"] == "regressed" or (row["status"] in ("new", "newly failing") and row["now"] in HARD)
+
+
+def describe(row: dict) -> str:
+    what = {"regressed": "regressed", "new": "new case fails",
+            "newly failing": "fails, skipped or flaky in the baseline"}[row["status"]]
+    message = opening_line(row["message"], 200)
+    change = row["now"] if row["status"] == "new" else f"{row['baseline']} -> {row['now']}"
+    return f"{row['session']}: {row['case']}: {what}: {change}" + (f" ({message})" if message else "")
+
+
+def verdict(data: dict, expect=(), fail_on_regression: bool = True) -> dict:
+    """The exit status and its reasons, one line each: 1 when an expected session has no results
+    file or is incomplete, or (unless `fail_on_regression` is off) when, against the baseline, a case
+    regressed or a new case fails as fail/error/crash/timeout."""
+    reasons, notes = [], []
+    by_name = {s["name"]: s for s in data["sessions"]}
+    for name in expect:
+        session = by_name.get(name)
+        if session is None:
+            reasons.append(f"expected session {name} has no results file")
+        elif not session["complete"]:
+            reasons.append(f"expected session {name} is {session['state']}")
+    for session in data["sessions"]:
+        if not session["complete"] and session["name"] not in expect:
+            notes.append(f"session {session['name']} is {session['state']}")
+    for row in (data["baseline"] or {}).get("rows", []):
+        if row["worse"]:
+            (reasons if fail_on_regression else notes).append(describe(row))
+    for differ in (data["baseline"] or {}).get("builds_differ", []):
+        (reasons if fail_on_regression else notes).append(
+            f"{differ['session']}: the baseline was measured on torch {differ['baseline']}, this run on torch "
+            f"{differ['now']}: not compared (run the baseline's build, or measure and commit the new one)")
+    if data.get("previous_unavailable"):
+        reasons.append(f"the previous nightly could not be fetched: {data['previous_unavailable']}")
+    if not fail_on_regression and data["baseline"] is not None:
+        notes.append("--no-fail-on-regression: changes against the baseline do not set the exit status")
+    checked = []
+    if expect:
+        checked.append(f"all {len(expect)} expected sessions are complete")
+    if data["baseline"] is not None and fail_on_regression:
+        checked.append("nothing regressed against the baseline and no new case fails")
+    return {"status": 1 if reasons else 0, "reasons": reasons, "notes": notes, "checked": checked,
+            "fail_on_regression": fail_on_regression}

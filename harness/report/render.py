@@ -1,0 +1,193 @@
+"""The regression table: `python -m harness report` merges results files (harness.report.analysis
+works out what they say) and renders REPORT.md and report.html from the same sections through Jinja2
+templates (harness/report/templates), beside report.json (the data both are rendered from).
+
+Both open newest first on what a maintainer comes for: what fails on the newest torch, grouped by
+bug, with the commands that reproduce and bisect it; the known bugs by the reference each case
+matched; regressions and fixes per version step; then the sessions and (on the page) the grid.
+REPORT.md stays short enough for GitHub: the full matrix and every transition are on the page.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jinja2
+
+from harness.core import records, versions
+from harness.core.outcomes import OUTCOMES, upstream_link
+from harness.report import analysis, baseline as against
+from harness.report.analysis import NOT_RUN
+
+TEMPLATES = pathlib.Path(__file__).with_name("templates")
+SYMBOLS = {**{name: o.symbol for name, o in OUTCOMES.items()}, NOT_RUN: "·"}
+CELL_TEXT = {**{name: o.cell for name, o in OUTCOMES.items()}, NOT_RUN: "-"}
+MEANING = {**{name: o.meaning for name, o in OUTCOMES.items()},
+           NOT_RUN: "no record: the session stopped early or lacks the case (a Lightning-axis session runs only "
+                    "the cases that use Lightning)"}
+ABSENT_SYMBOL, ABSENT_TEXT = "–", "no device"
+REUSED_MARK = "↺"
+# The sections both renderings carry, in this order: (anchor, title).
+SECTIONS = (("failing", "Failing on the newest torch"), ("known", "Known bugs and documented limitations"),
+            ("transitions", "Regressions and fixes between torch versions"),
+            ("lightning", "Where Lightning changes an outcome"),
+            ("other-environments", "Other environments of a row"), ("baseline", "Against the baseline"),
+            ("previous", "Against the previous run (for information)"),
+            ("sessions", "Sessions"), ("matrix", "Matrix"))
+MD_LINE_LIMIT = 380
+
+
+def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool = True, previous_dirs=None,
+          previous_unavailable: str | None = None) -> dict:
+    """`baseline_dirs`: what the runs are held to (the nightly's: the committed table); `previous_dirs`:
+    an informational comparison (the night before), which never sets the exit status, or
+    `previous_unavailable`: why it could not be had, which does."""
+    sessions = analysis.load_dirs(directories)
+    earlier = analysis.load_dirs(baseline_dirs) if baseline_dirs else None
+    night_before = analysis.load_dirs(previous_dirs) if previous_dirs else None
+    case_ids, rows = analysis.grid(sessions)
+    data = {
+        "schema": records.SCHEMA_VERSION,
+        "sessions": [analysis.session_row(s, case_ids) for s in sessions],
+        "families": sorted({row["family"] for row in rows}),
+        "cases": rows,
+        "folded": [row["case"] for row in rows if row["folded"]],
+        "newest": analysis.newest_counts(sessions, case_ids),
+        "failing": analysis.failing_groups(sessions, case_ids),
+        "known": analysis.known_groups(sessions, case_ids),
+        "transitions": analysis.transitions(sessions, case_ids),
+        "lightning": analysis.lightning_differences(sessions, case_ids),
+        "other_environments": analysis.other_environments(sessions, case_ids),
+        "baseline": against.compare(sessions, earlier) if earlier is not None else None,
+        "previous": against.compare(sessions, night_before) if night_before is not None else None,
+        "previous_unavailable": previous_unavailable,
+        "expected": list(expect),
+    }
+    data["reused"] = sum(s["reused"] for s in data["sessions"])
+    data["verdict"] = against.verdict(data, expect, fail_on_regression)
+    data["summary_parts"] = summary_parts(data)
+    data["summary"] = " ".join(data["summary_parts"])
+    return data
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+
+
+def summary_parts(data: dict) -> list[str]:
+    """The report's opening paragraph, a sentence each, plain text; it counts cases, never results."""
+    sessions = data["sessions"]
+    torches = sorted({s["torch"] for s in sessions}, key=versions.torch_version)
+    shown = [str(versions.torch_version(v)) for v in torches]
+    span = f"torch {shown[0]}" if len(shown) == 1 else f"torch {shown[0]} to {shown[-1]}"
+    labelled = [s["name"] for s in sessions if s["label"] and not s["lightning_of"]]
+    axis = [s for s in sessions if s["lightning_of"]]
+    parts = [f"{_plural(len(sessions), 'session')} on {span}"
+             + (f" ({len(labelled)} another environment of a row: {', '.join(labelled)})" if labelled else "")
+             + (f" ({len(axis)} of the Lightning axis: a row's pins with the newest Lightning that supports its "
+                f"torch, the cases that use Lightning only)" if axis else "")
+             + f", {_plural(len(data['cases']), 'case')}."]
+    for newest in data["newest"]:
+        counted = ", ".join(f"{n:,} {o}" for o, n in newest["counts"].items())
+        parts.append(f"On the newest torch of {newest['line']} ({newest['torch']}, {newest['session']}), "
+                     f"{_plural(newest['cases'], 'case')} ran: {counted}.")
+    failing = sum(len(g["cases"]) for g in data["failing"])
+    bugs = sum(1 for g in data["known"] if g["kind"] == "known")
+    limits = sum(1 for g in data["known"] if g["kind"] == "limitation")
+    parts.append(f"{_plural(failing, 'case')} {'fails' if failing == 1 else 'fail'} there in "
+                 f"{_plural(len(data['failing']), 'group')} by bug; {_plural(bugs, 'known bug')} and "
+                 f"{_plural(limits, 'documented limitation')} referenced.")
+    if data["folded"]:
+        parts.append(f"{_plural(len(data['folded']), 'case')} never ran on any session's device (folded).")
+    if data["reused"]:
+        parts.append(f"{_plural(data['reused'], 'record')} reused from earlier runs, not measured in this one.")
+    incomplete = [s["name"] for s in sessions if not s["complete"]]
+    if incomplete:
+        parts.append(f"Incomplete: {', '.join(incomplete)}.")
+    return parts
+
+
+def _md(text) -> str:
+    """Text inside a Markdown table cell or list item: one line, no table breaks, no HTML."""
+    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
+
+
+def _md_ref(ref: str | None) -> str:
+    link = upstream_link(ref)
+    return f"[{ref}]({link})" if link else (ref or "(no reference recorded)")
+
+
+def _clip(text: str, limit: int = MD_LINE_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _names(items, budget: int = 300, key: str = "case") -> str:
+    """`a`, `b` and N more: case ids, as many as fit in `budget` characters of one line."""
+    names = list(dict.fromkeys(item[key] for item in items))
+    shown: list[str] = []
+    for name in names:
+        if shown and sum(len(n) + 4 for n in shown) + len(name) > budget:
+            break
+        shown.append(f"`{name}`")
+    return ", ".join(shown) + (f" and {len(names) - len(shown)} more" if len(names) > len(shown) else "")
+
+
+def _environment(autoescape: bool) -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=autoescape,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters.update(v=lambda text: str(versions.torch_version(text)), md=_md, md_ref=_md_ref, clip=_clip, names=_names, link=upstream_link, plural=_plural)
+    env.globals.update(symbols=SYMBOLS, cell_text=CELL_TEXT, meaning=MEANING, sections=dict(SECTIONS),
+                       absent_symbol=ABSENT_SYMBOL, absent_text=ABSENT_TEXT, reused_mark=REUSED_MARK,
+                       outcomes=list(OUTCOMES), not_run=NOT_RUN)
+    return env
+
+
+def render_markdown(data: dict, short: bool = False) -> str:
+    """REPORT.md (`short`: the CI step summary, without the sessions)."""
+    text = _environment(autoescape=False).get_template("report.md.j2").render(data=data, short=short)
+    return "\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n"
+
+
+def render_html(data: dict) -> str:
+    links = {c["reference"]: upstream_link(c["reference"]) for row in data["cases"] for c in row["cells"].values()
+             if c.get("reference")}
+    payload = json.dumps({"sessions": data["sessions"], "families": data["families"], "cases": data["cases"],
+                          "symbols": CELL_TEXT, "meaning": MEANING, "links": links,
+                          "absent": {"text": ABSENT_TEXT, "symbol": ABSENT_SYMBOL}}, default=str)
+    # Inside <script>, no "</script" or "<!--" may appear: every "<" as its JSON escape.
+    return _environment(autoescape=True).get_template("report.html.j2").render(
+        data=data, payload=jinja2.utils.markupsafe.Markup(payload.replace("<", "\\u003c")))
+
+
+def summary_markdown(data: dict) -> str:
+    """The short form for a CI step summary."""
+    return render_markdown(data, short=True)
+
+
+def write(data: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
+    """REPORT.md, report.html and report.json: each rendered before any is written, each written
+    whole or not at all."""
+    rendered = {"REPORT.md": render_markdown(data), "report.html": render_html(data),
+                "report.json": json.dumps(data, indent=1, default=str)}
+    paths = []
+    for name, text in rendered.items():
+        path = pathlib.Path(out_dir) / name
+        records.write_atomically(path, text)
+        paths.append(path)
+    return paths
+
+
+def annotations(data: dict) -> list[str]:
+    """GitHub's `::error` workflow commands, one per cell that changed for the worse against the
+    baseline, on the case's file and line, so the check run points at the case."""
+    found = []
+    for row in (data["baseline"] or {}).get("rows", []):
+        if not row["worse"]:
+            continue
+        where = row.get("location") or {}
+        place = f"file={where['file']},line={where['line']}," if where.get("file") else ""
+        text = against.describe(row).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+        found.append(f"::error {place}title={row['status']} against the baseline::{text}")
+    return found

@@ -1,0 +1,104 @@
+"""The issue text of a reproduction (harness.tools.repro): a title, what goes wrong, the torch versions
+where the case passes and fails (from the results files at hand, read through harness.core.records), the
+script, its output, what was expected, collect_env folded away."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+from harness.core import paths, records, versions
+from harness.core.outcomes import RAISED, upstream_link
+
+
+def across_versions(case_id: str, directories) -> list[dict]:
+    """What every results file at hand records for the case: torch, session, its line and label,
+    outcome, message; oldest torch first."""
+    rows = []
+    for directory in directories:
+        for path in paths.results_files(directory):
+            environment, record = records.find_case(path, case_id)
+            if environment and record:
+                identity = environment["identity"]
+                rows.append({"torch": environment.get("torch") or "?", "session": identity["session"],
+                             "line": identity["line"], "label": identity["label"], "nightly": identity["row"] == "nightly",
+                             "outcome": record["outcome"], "message": record.get("message") or ""})
+    return sorted(rows, key=lambda row: (versions.torch_version(row["torch"]), row["session"]))
+
+
+def boundaries(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """Adjacent torch versions along each line's plain rows (no labelled environment, no nightly)
+    whose outcomes differ."""
+    found = []
+    for line in dict.fromkeys(r["line"] for r in rows):
+        steps = [r for r in rows if r["line"] == line and r["label"] is None and not r["nightly"]]
+        found += [(a, b) for a, b in zip(steps, steps[1:]) if a["outcome"] != b["outcome"]]
+    return found
+
+
+def _fence(text: str, language: str = "") -> str:
+    longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text.rstrip()}\n{fence}"
+
+
+def _shorten(output: str, head: int = 25, tail: int = 60) -> str:
+    lines = output.rstrip().splitlines()
+    if len(lines) <= head + tail:
+        return "\n".join(lines)
+    return "\n".join(lines[:head] + [f"[... {len(lines) - head - tail} lines ...]"] + lines[-tail:])
+
+
+def _what_went_wrong(info: dict, result: dict) -> tuple[str, str]:
+    """(title, paragraph) from the script's run."""
+    params = {k: ast.literal_eval(v) for k, v in info["params"].items() if v is not None and k in ("backend", "fullgraph")}
+    compile_call = f"torch.compile(backend={params.get('backend', 'inductor')!r}" + \
+        (", fullgraph=True)" if params.get("fullgraph") else ")")
+    version = info["torch"]
+    errors = [line for line in result["output"].splitlines() if re.match(r"^[\w.]+(Error|Exception|Unsupported)\b.*:", line)]
+    error = errors[-1] if errors else ""
+    outcome = result["outcome"] or "no outcome"
+    subject = info["case"]
+    refs = ", ".join(f"[{ref}]({upstream_link(ref) or ref})" for ref in dict.fromkeys(e["ref"] for e in info["expected"]))
+    doc = info["doc"].split("\n\n")[0].replace("\n", " ")
+    if outcome in RAISED:
+        title = f"{compile_call}: `{subject}` fails on torch {version}" + (f": {error[:120]}" if error else "")
+        paragraph = f"With torch {version}, the case runs eagerly and under `{compile_call}`; the compiled run fails: `{error}`."
+        if outcome == "known":
+            paragraph += f" This is the upstream bug {refs}."
+        elif outcome == "limitation":
+            paragraph += f" This is documented behaviour ({refs})."
+    elif outcome == "skip":
+        title = f"`{subject}` cannot run on torch {version}"
+        paragraph = "The script skipped: " + next((line for line in result["output"].splitlines() if line.startswith("OUTCOME: skip")), "")
+    else:
+        title = f"{compile_call}: `{subject}` agrees with eager on torch {version}"
+        paragraph = f"With torch {version}, eager and compiled runs agree and the feature does what it does eagerly."
+        if outcome == "fixed":
+            paragraph += f" The declared upstream bug ({refs}) no longer reproduces."
+    return title, (f"{doc} " if doc else "") + paragraph
+
+
+def issue_markdown(info: dict, text: str, path: pathlib.Path, result: dict, environment: str,
+                   rows: list[dict], full: str | None = None) -> str:
+    """The issue; `full`: the whole export, folded below `text` (a reduced script, harness/tools/reduce.py)."""
+    title, paragraph = _what_went_wrong(info, result)
+    lines = [f"### {title}", "", paragraph, ""]
+    if rows:
+        lines += ["| torch | session | outcome | message |", "|---|---|---|---|"]
+        lines += [f"| {r['torch']} | {r['session']} | {r['outcome']} | {r['message'][:100].replace('|', '/')} |"
+                  for r in rows]
+        lines += [""] + [f"Changes between torch {a['torch']} ({a['outcome']}) and {b['torch']} ({b['outcome']})."
+                         for a, b in boundaries(rows)] + [""]
+    needs = "torch and lightning" if "lightning" in text else "torch"
+    status = "timed out" if result["returncode"] is None else f"exit status {result['returncode']}"
+    lines += [f"**Reproduction** (`python {path.name}`, needs only {needs}):", "", _fence(text, "python"), ""]
+    if full:
+        lines += [f"<details><summary>The case as the matrix runs it ({full.count(chr(10))} lines)</summary>", "",
+                  _fence(full, "python"), "", "</details>", ""]
+    lines += [f"**Output** (torch {info['torch']}, {status}):", "", _fence(_shorten(result["output"])), "",
+              "**Expected**: the compiled run gives the eager run's outputs, dtypes and gradients, and the "
+              "feature does under torch.compile what it does eagerly (the script's asserts).", "",
+              "<details><summary>collect_env</summary>", "", _fence(environment), "", "</details>", ""]
+    return "\n".join(lines)

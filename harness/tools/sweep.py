@@ -1,0 +1,73 @@
+"""A user's script across the matrix's torch rows: `python -m harness sweep SCRIPT`.
+
+The script runs in the venv of every row in the range (the rows `bisect` picks: one plain
+session per torch version), each venv built with `nox -s SESSION --install-only` where it is
+missing, unless --no-build (harness.tools.targets, shared with bisect). Each run is classified by
+harness.tools.scriptrun (exit 0 pass, 125 skip,
+3 known and 5 limitation as `repro`'s scripts use them, anything else fail with the code and the
+last exception line; crash, timeout, out of memory as in sessions). The version table is printed
+and written, as Markdown, to --out (default results/sweep/<script>.md).
+Exit status: 0 when the script ran on at least one version, 1 when on none, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from harness.core import paths, records
+from harness.tools import preflight, scriptrun
+from harness.tools.targets import Target, environment, run_script, span, targets_of
+
+
+def table(script: pathlib.Path, rows: list[tuple[Target, scriptrun.ScriptRun | None]], axis: str = "torch",
+          fixed: str = "") -> str:
+    lines = [f"Sweep of `{script.name}`{fixed}", "", f"| {axis} | session | outcome | exit | seconds | message |",
+             "|---|---|---|---|---|---|"]
+    for target, result in rows:
+        if result is None:
+            lines.append(f"| {target.version} | {target.session} | not run | | | no environment (--no-build) |")
+        else:
+            message = result.message[:160].replace("|", "/")
+            lines.append(f"| {target.version} | {target.session} | {result.outcome} | {result.exit} | "
+                         f"{result.seconds:.1f} | {message} |")
+    ran = [(t, r) for t, r in rows if r is not None]
+    changes = [f"Changes between {axis} {a.version} ({ra.outcome}) and {b.version} ({rb.outcome})."
+               for (a, ra), (b, rb) in zip(ran, ran[1:]) if ra.outcome != rb.outcome]
+    return "\n".join(lines + ([""] + changes if changes else [])) + "\n"
+
+
+def default_out(script: pathlib.Path) -> pathlib.Path:
+    return paths.results_dir() / "sweep" / f"{script.stem}.md"
+
+
+def command(args) -> int:
+    script = preflight.check_script(args.script)
+    scriptrun.memory_limit_bytes(args.memory_limit)  # a malformed limit is bad input before any build
+    targets = targets_of(args)  # an unknown row or an empty range: BadInput
+    missing = sorted({str(t.python.parent.parent.name) if t.outside else t.session for t in targets if not t.built})
+    if missing and not args.no_build:
+        print(f"sweep will build {len(missing)} environment(s): {', '.join(missing)}", file=sys.stderr, flush=True)
+    print(f"sweep {script.name}: {span(args, targets)}", flush=True)
+    rows = []
+    for target in targets:
+        target.python, _ = environment(target, args.envdir, build=not args.no_build)
+        if target.python is None:
+            rows.append((target, None))
+            print(f"{args.along} {target.version:<8} {target.session:<16} not run (no environment; --no-build)", flush=True)
+            continue
+        result = run_script(target, script, args.timeout, args.memory_limit)
+        rows.append((target, result))
+        print(f"{args.along} {target.version:<8} {target.session:<16} {result.outcome:<10} {result.exit:<9} "
+              f"{result.seconds:6.1f} s  {result.message[:120]}".rstrip(), flush=True)
+    text = table(script, rows, args.along, f" at torch {targets[0].spec.torch}" if args.along == "lightning" else "")
+    out = pathlib.Path(args.out) if args.out else default_out(script)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    records.write_atomically(out, text)
+    print(text, end="")
+    print(f"wrote {out}", file=sys.stderr)
+    if all(result is None for _, result in rows):
+        print("error: the script ran on no version (no environment built; drop --no-build to build them)",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,131 @@
+"""The versions a bisection or a sweep runs over, shared by both (harness.tools.bisect,
+harness.tools.sweep): one environment per torch row in a range (the row's plain session; on CUDA the
+registry's wheel where there is one), given interpreters (--env VERSION=PYTHON), or the Lightning
+releases at one torch row (--along lightning --torch 2.5), each environment ready to run in."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+from harness.core import matrix, venvs, versions
+from harness.core.errors import BadInput
+from harness.tools import scriptrun
+
+
+@dataclasses.dataclass
+class Target:
+    version: str  # torch version of the row (or the --env label; along Lightning, the Lightning release)
+    session: str  # the matrix session, or bisect-<label>
+    python: pathlib.Path | None
+    spec: matrix.Session | None = None  # None for --env
+    outside: bool = False  # an environment outside the table (along Lightning): built from `spec`, not by nox
+
+    @property
+    def built(self) -> bool:
+        return self.python is not None and self.python.exists()
+
+
+def torch_targets(first=None, last=None, device="cpu", envs=(), envdir=None) -> list[Target]:
+    """The versions in range, oldest first: one session per torch row (the plain row; on CUDA the
+    registry's wheel where there is one), or the given interpreters."""
+    if envs:
+        targets = []
+        for entry in envs:
+            label, sep, python = entry.partition("=")
+            if not sep or not label or not python:
+                raise BadInput(f"--env wants VERSION=PYTHON, got {entry!r}")
+            targets.append(Target(label, matrix.local_session_name(label, prefix="bisect-"), pathlib.Path(python).expanduser()))
+        return sorted((t for t in targets if versions.in_range(t.version, first, last)),
+                      key=lambda t: versions.release(t.version))
+    chosen: dict[str, matrix.Session] = {}
+    for spec in matrix.load():
+        if spec.device != device or spec.nightly or spec.label or not versions.in_range(spec.torch, first, last):
+            continue
+        if spec.torch not in chosen or (chosen[spec.torch].index and not spec.index):
+            chosen[spec.torch] = spec
+    targets = [Target(s.torch, s.name, venvs.venv_python(s.name, envdir), s)
+               for s in sorted(chosen.values(), key=lambda s: versions.release(s.torch))]
+    if not targets:
+        raise BadInput(f"no {device} row of the matrix has a torch between {first or 'the oldest'} and "
+                         f"{last or 'the newest'}")
+    return targets
+
+
+def row_of(torch: str, device: str = "cpu") -> matrix.Session:
+    """The plain session of the one torch row that `torch` names (2.5 names 2.5.1)."""
+    rows = [s for s in matrix.load() if s.device == device and not (s.nightly or s.label or s.index)
+            and versions.in_range(s.torch, torch, torch)]
+    if not rows:
+        raise BadInput(f"--torch {torch} names no {device} row of the matrix")
+    if len(rows) > 1:
+        raise BadInput(f"--torch {torch} names several {device} rows of the matrix: {', '.join(s.torch for s in rows)}")
+    return rows[0]
+
+
+def lightning_targets(torch: str | None, first=None, last=None, device="cpu", envdir=None) -> list[Target]:
+    """Along Lightning at the row `torch` names: the releases from `first` (default: the row's era
+    Lightning) to `last` (default: the newest that supports its torch) that the registry lists and
+    whose own metadata admits the row's torch and Python, oldest first."""
+    from harness.tools import lightning_releases
+
+    if not torch:
+        raise BadInput("--along lightning needs --torch VERSION (the row to hold fixed)")
+    era = row_of(torch, device)
+    axis = {s.lightning: s for s in matrix.load() if s.lightning_of == era.name}
+    first, last = first or era.lightning, last or next(iter(axis), era.lightning)
+    releases = lightning_releases.candidates(era.torch, era.python, first, last, era.extra)
+    if not releases:
+        raise BadInput(f"no Lightning release from {first} to {last} supports torch {era.torch} on Python "
+                         f"{era.python}")
+    shared = venvs.lightning_venv(era, envdir) / "bin" / "python"
+    targets = []
+    for release in releases:
+        session = era if release == era.lightning else axis.get(release)
+        python = venvs.venv_python(session.name, envdir) if session else None
+        outside = python is None or not python.exists()  # runs in the row's one venv along Lightning
+        if session is None:  # the row's pins with this Lightning
+            session = matrix.with_lightning(era, release)
+        # the case's own node id runs, whatever the session selects
+        targets.append(Target(release, session.name, shared if outside else python,
+                              dataclasses.replace(session, lightning_of=None, label=None), outside))
+    return targets
+
+
+def environment(target: Target, envdir, build: bool) -> tuple[pathlib.Path | None, bool]:
+    """(the python `target` runs in, ready, or None where --no-build leaves it unbuilt; whether it was
+    built now). Along Lightning, a release without a built session venv runs in the row's one venv,
+    its Lightning switched to the release's (harness.core.venvs.with_lightning)."""
+    if target.outside:
+        if not target.python.exists() and not build:
+            return None, False
+        return venvs.with_lightning(target.spec, target.python.parent.parent)
+    if target.built:
+        return target.python, False
+    python = venvs.ensure_venv(target.session, envdir, build=build)
+    return python, python is not None
+
+
+def run_script(target: Target, script: pathlib.Path, timeout: float, memory_limit: str | None) -> scriptrun.ScriptRun:
+    """A plain script in the target's environment, sharing its venv's compile caches."""
+    cache = target.python.parent.parent if target.spec else None
+    return scriptrun.run(target.python, script, timeout=timeout, memory_limit=memory_limit, cache_dir=cache)
+
+
+def targets_of(args) -> list[Target]:
+    """The versions `args` asks for: torch rows, given interpreters, or Lightning releases at a row."""
+    if args.along == "lightning":
+        if getattr(args, "env", None):
+            raise BadInput("--env bisects over interpreters, not along lightning")
+        return lightning_targets(args.torch, args.first, args.last, args.device, args.envdir)
+    if args.torch:
+        raise BadInput("--torch holds a row fixed along lightning: add --along lightning")
+    return torch_targets(args.first, args.last, args.device, getattr(args, "env", ()), args.envdir)
+
+
+def span(args, targets: list[Target]) -> str:
+    """What a run goes across: 'torch 2.1.2 to 2.15.0', or 'lightning 2.4.0 to 2.6.6 at torch 2.5.1'."""
+    fixed = f" at torch {targets[0].spec.torch}" if args.along == "lightning" else ""
+    return f"{args.along} {targets[0].version} to {targets[-1].version}{fixed}, {len(targets)} version(s)"
+
+
