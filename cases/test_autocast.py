@@ -22,9 +22,9 @@ from torch.utils.checkpoint import checkpoint
 
 from harness.plugin.casekit import TOLERANCES, OpLog
 from harness.plugin.properties import explore
-from programs.autocast import AutocastProgram, autocast_op_programs, autocast_programs
+from programs.autocast import AutocastOpProgram, AutocastProgram, autocast_op_programs, autocast_programs
 from programs.op_programs import check_op_program
-from programs.opcall import op_calls
+from programs.opcall import OpCall, op_calls
 from programs.opinfo import about, need_op_db
 from shared_declarations import EAGER_CHECKPOINT_OF_COMPILED, FULLGRAPH_REFUSES_GRAPH_BREAK, with_marks
 
@@ -258,6 +258,8 @@ def test_property_autocast(case, device, backend, fullgraph):
 # --- property cases over torch's own op database (cases/programs/op_programs.py) ---------------------
 
 OP_CALLS = op_calls()  # this torch's op_db, read at collection: once per worker, before any case forks
+# Replayed by `repro` where a cell records no failing example.
+PINNED_AUTOCAST_OP = [AutocastOpProgram(OpCall("sin"))]
 
 
 @pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
@@ -270,4 +272,5 @@ def test_property_autocast_op(case, device, backend):
     # fullgraph, dynamic shapes, side effects, passed numbers and a second sample drawn too.
     need_op_db()
     explore(case, "autocast_op", autocast_op_programs(OP_CALLS, device),
-            lambda program: check_op_program(case, program, backend), about=about())
+            lambda program: check_op_program(case, program, backend), about=about(),
+            pinned=[dataclasses.replace(program, device=device) for program in PINNED_AUTOCAST_OP])

@@ -27,6 +27,7 @@ enabled for HOPs`, pytorch/pytorch#178520 (fixed by PR #184700, in 2.14.0).
 """
 
 import copy
+import dataclasses
 import unittest.mock
 
 import pytest
@@ -35,9 +36,10 @@ import torch
 from harness.plugin.casekit import GraphRecorder, need
 from harness.plugin.properties import explore
 from programs.nested_compile import (
-    NestedProgram, check_compiled_fn_program, check_region_program, nested_op_programs, nested_programs)
+    NestedOpProgram, NestedProgram, check_compiled_fn_program, check_region_program, nested_op_programs,
+    nested_programs)
 from programs.op_programs import check_op_program
-from programs.opcall import op_calls
+from programs.opcall import OpCall, op_calls
 from shared_declarations import FULLGRAPH_REFUSES_GRAPH_BREAK
 from programs.opinfo import about, need_op_db
 
@@ -384,6 +386,8 @@ def test_property_nested_compiled_fn(case, device, backend, fullgraph):
 # --- property cases over torch's own op database (cases/programs/op_programs.py) ---------------------
 
 OP_CALLS = op_calls()  # this torch's op_db, read at collection: once per worker, before any case forks
+# Replayed by `repro` where a cell records no failing example.
+PINNED_NESTED_OP = [NestedOpProgram(OpCall("sin"), wrap="compiled")]
 
 
 @pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
@@ -396,4 +400,5 @@ def test_property_nested_compile_op(case, device, backend):
     # a second sample drawn too.
     need_op_db()
     explore(case, "nested_compile_op", nested_op_programs(OP_CALLS, device),
-            lambda program: check_op_program(case, program, backend), about=about())
+            lambda program: check_op_program(case, program, backend), about=about(),
+            pinned=[dataclasses.replace(program, device=device) for program in PINNED_NESTED_OP])

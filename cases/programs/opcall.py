@@ -155,8 +155,9 @@ def op_calls(classes=OP_CLASSES):
         entry = found.entries[(name, variant)]
         dtype = "float64" if "random" in entry.classes and torch.float64 in entry.opinfo.supported_dtypes("cpu") \
             else "float32"
+        in_place = op_class == "inplace" or entry.path is None  # some ops are only an in-place method
         call = OpCall(name, variant, draw(st.integers(0, entry.samples - 1)),
-                      "inplace" if op_class == "inplace" else "function", dtype, draw(st.booleans()))
+                      "inplace" if in_place else "function", dtype, draw(st.booleans()))
         alike = call.calls_alike()
         return dataclasses.replace(call, then=draw(st.none() | st.sampled_from(alike)) if alike else None)
     return draw()

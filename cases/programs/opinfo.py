@@ -36,7 +36,7 @@ import torch
 OP_CLASSES = ("random", "inplace", "view", "reduction", "dtype_changing", "other")
 SAMPLE_SEED = 0  # the samples of an op are drawn from this seed: the same tensors on every run of a row
 MAX_SAMPLES = 12  # samples of an op considered (the first ones: OpInfo lists the plain shapes first)
-MAX_ELEMENTS = 64  # a sample with more elements in all is not drawn (its script would not be short)
+MAX_ELEMENTS = 128  # a sample with more elements in all is not drawn (its script would not be short)
 # Public namespaces an op's callable is looked up in, by the OpInfo's name.
 NAMESPACES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft")
 # Compiled kernels may reorder a reduction: looser than assert_close's float32 defaults, as in
@@ -51,7 +51,7 @@ class Entry:
     ("torch.nn.functional.dropout"), its classes and how many of its samples can be drawn."""
     name: str
     variant: str
-    path: str
+    path: str | None  # None: only its in-place Tensor method is drawn
     classes: frozenset
     samples: int
 
@@ -134,7 +134,9 @@ def _survey_file() -> dict:
 
 
 def survey() -> dict:
-    """Every op of op_db run once on its first small sample, classified (a process of its own)."""
+    """Every op of op_db run on its small samples, classified (a process of its own). An op is drawn
+    called through its public name; one that only has an in-place Tensor method (`x.cauchy_()`) is
+    drawn called in place."""
     try:
         ops = op_infos()
     except Exception as exc:  # an old torch's op_db, or one of its dependencies missing
@@ -143,22 +145,37 @@ def survey() -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the ops' own deprecation notes: nothing a case shows
         for (name, variant), opinfo in ops.items():
-            path = _public_path(opinfo)
+            path, method = _public_path(opinfo), in_place_method(opinfo)
             try:
-                if path is None or name.startswith("_") or torch.float32 not in opinfo.supported_dtypes("cpu"):
+                if (path is None and method is None) or name.startswith("_") \
+                        or torch.float32 not in opinfo.supported_dtypes("cpu"):
                     raise ValueError("not drawn")
                 samples = [s for s in samples_of(opinfo) if drawable(s)]
                 with _Tags() as tags:
-                    outputs = _same_call(opinfo, path, samples[0])
+                    outputs = _same_call(opinfo, path, method, samples[0])
+                seeded = _seeded(opinfo, samples[1:]) or torch.Tag.nondeterministic_seeded in tags.tags
             except Exception:  # its samples do not run here, or its public name is not what OpInfo calls
                 left_out += 1
                 continue
-            classes = classify(opinfo, samples[0], outputs, tags.tags)
-            if in_place_method(opinfo):
+            classes = classify(opinfo, samples[0], outputs, tags.tags) | ({"random"} if seeded else set())
+            if method:
                 classes.add("inplace")
             entries.append({"name": name, "variant": variant, "path": path, "classes": sorted(classes),
                             "samples": len(samples)})
     return {"torch": torch.__version__, "entries": entries, "left_out": left_out}
+
+
+def _seeded(opinfo, samples) -> bool:
+    """Whether any of the samples draws random numbers (dropout draws none with p=0, its first sample)."""
+    for sample in samples:
+        try:
+            with _Tags() as tags:
+                opinfo(sample.input, *sample.args, **sample.kwargs)
+        except Exception:
+            continue
+        if torch.Tag.nondeterministic_seeded in tags.tags:
+            return True
+    return False
 
 
 def _public_path(opinfo) -> str | None:
@@ -212,19 +229,22 @@ def classify(opinfo, sample, outputs, tags) -> set:
     return classes or {"other"}
 
 
-def _same_call(opinfo, path: str, sample) -> list:
-    """The outputs of OpInfo's own call of `sample`, checked against the call of its public name
-    (for a random op: the same shapes and dtypes; else the same values)."""
-    function = functools.reduce(getattr, path.split(".")[1:], torch)
+def _same_call(opinfo, path: str | None, method: str | None, sample) -> list:
+    """The outputs of OpInfo's own call of `sample`, checked against the call of its public name, or
+    of its in-place method on a copy (for a random op: the same shapes and dtypes; else the same values)."""
     torch.manual_seed(SAMPLE_SEED)
     outputs = _tensors(opinfo(sample.input, *sample.args, **sample.kwargs))
     torch.manual_seed(SAMPLE_SEED)
-    public = _tensors(function(sample.input, *sample.args, **sample.kwargs))
+    if path is not None:
+        public = _tensors(functools.reduce(getattr, path.split(".")[1:], torch)(sample.input, *sample.args,
+                                                                                  **sample.kwargs))
+    else:
+        public = _tensors(getattr(sample.input.detach().clone(), method)(*sample.args, **sample.kwargs))
     same = len(public) == len(outputs) and all(
         a.shape == b.shape and a.dtype == b.dtype and (torch.equal(a, b) or a.dtype.is_floating_point)
         for a, b in zip(public, outputs))
     if not same:
-        raise ValueError(f"{path} is not what OpInfo {opinfo.name} calls")
+        raise ValueError(f"{path or method} is not what OpInfo {opinfo.name} calls")
     return outputs
 
 
@@ -242,17 +262,26 @@ def samples_of(opinfo, dtype=torch.float32, requires_grad=None) -> list:
     grad = opinfo.supports_autograd if requires_grad is None else requires_grad
     state = torch.random.get_rng_state()
     torch.manual_seed(SAMPLE_SEED)
-    found = []
     try:
         # The OpInfo's own function: its sample_inputs() wrapper inspects the call stack for the
-        # running test on every call (seconds over the database, under pytest's deep stack).
-        for sample in opinfo.sample_inputs_func(opinfo, "cpu", dtype, grad):
-            found.append(sample)
-            if len(found) == MAX_SAMPLES:
-                break
-        return found
+        # running test on every call (seconds over the database, under pytest's deep stack). Small
+        # inputs where the function offers them (the elementwise ones: 5x5 instead of 20x20).
+        try:
+            return _first(opinfo.sample_inputs_func(opinfo, "cpu", dtype, grad, small_inputs_only=True))
+        except TypeError:  # a function without **kwargs
+            torch.manual_seed(SAMPLE_SEED)
+            return _first(opinfo.sample_inputs_func(opinfo, "cpu", dtype, grad))
     finally:
         torch.random.set_rng_state(state)
+
+
+def _first(samples) -> list:
+    found = []
+    for sample in samples:
+        found.append(sample)
+        if len(found) == MAX_SAMPLES:
+            break
+    return found
 
 
 def drawable(sample) -> bool:

@@ -99,6 +99,25 @@ def message_line(exc: BaseException) -> str:
     return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
+# What differs between two raises of one bug: addresses, paths, quoted values, numbers.
+NORMALISE = [(re.compile(r"0x[0-9a-fA-F]+"), "0x…"), (re.compile(r"(?:<\w+>)?(?<![\w.<])(?:/[\w.@+-]+)+/?"), "<path>"),
+             (re.compile(r"\b\d+(?:\.\d+)*\b"), "N")]
+SIGNATURE_CHARACTERS = 160
+
+
+def bug_signature(exc_type: str, message: str | None) -> str:
+    """The exception type (its class name) and its message's first line with numbers, addresses and
+    paths taken out: two failures with one signature fail the same way (the report groups cases
+    by it; explore shrinks one example per signature)."""
+    line = (message or "").strip().splitlines()[0] if (message or "").strip() else ""
+    for pattern, replacement in NORMALISE:
+        line = pattern.sub(replacement, line)
+    if len(line) > SIGNATURE_CHARACTERS:
+        line = line[:SIGNATURE_CHARACTERS - 1] + "…"
+    name = exc_type.rsplit(".", 1)[-1]
+    return f"{name}: {line}" if line else name
+
+
 def is_instance_named(exc: BaseException, name: str) -> bool:
     """`exc` is an instance of a class called `name` (bare or qualified): no import needed."""
     return any(name in (cls.__name__, qualname(cls)) for cls in type(exc).__mro__)

@@ -41,7 +41,8 @@ EXPLORE_ENV, SEED_ENV = "HARNESS_EXPLORE", "HARNESS_EXPLORE_SEED"
 TABLE_EXAMPLES = {"eager": 1, "aot_eager": 2, "inductor": 3}
 SLOW_CHECKS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
                HealthCheck.large_base_example]
-KEPT_FAILURES = 5  # failing examples a record lists in full
+KEPT_FAILURES = 5  # failing examples a record lists in full (the table)
+KEPT_SIGNATURES = 20  # explore: a shrunk failing example per signature, at most this many
 
 
 def explore_examples() -> int:
@@ -83,6 +84,26 @@ def error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
 
 
+def signature_of(exc: BaseException) -> str:
+    return outcomes.bug_signature(type(exc).__name__, outcomes.exception_text(exc))
+
+
+class ExampleFailure(Exception):
+    """What explore mode raises to hypothesis for a failing example: one class per error signature
+    (`failure_class`), raised from the example's own exception. Hypothesis shrinks each distinct
+    failure apart by its class and place: without this, every failure of a program's script (one
+    assert, one line) would be one failure to it, and only one would be shrunk."""
+
+
+_FAILURE_CLASSES: dict[str, type] = {}
+
+
+def failure_class(signature: str) -> type:
+    if signature not in _FAILURE_CLASSES:
+        _FAILURE_CLASSES[signature] = type("ExampleFailure", (ExampleFailure,), {"signature": signature})
+    return _FAILURE_CLASSES[signature]
+
+
 def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
     """Run `check(program)` for each program drawn from `strategy` (and each of `pinned`), as the mode
     says. `about`: what the record should say of the program space (the ops this torch offers, say).
@@ -91,6 +112,8 @@ def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
     summary.update(about or {})
     table = summary["mode"] == "table"
     failures: list[tuple[object, BaseException, dict]] = []
+    # explore: the last (hypothesis replays its shrunk example last) failing example of each signature
+    shrunk: dict[str, tuple[object, BaseException, dict]] = {}
     ran = []
     by_class: dict[str, int] = {}
 
@@ -104,8 +127,10 @@ def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
             raise
         except Exception as exc:
             failures.append((program, exc, dict(case.metrics)))
-            if not table:
-                raise  # hypothesis shrinks it
+            if not table:  # hypothesis shrinks it, apart from failures of other signatures
+                signature = signature_of(exc)
+                shrunk[signature] = failures[-1]
+                raise failure_class(signature)(error_line(exc)) from exc
         finally:
             if "op_class" in case.metrics:  # judged, passing or failing (not an example hypothesis rejected)
                 by_class[case.metrics["op_class"]] = by_class.get(case.metrics["op_class"], 0) + 1
@@ -120,10 +145,11 @@ def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
         summary["hypothesis_notes"] = [n for n in getattr(exc, "__notes__", []) if n.strip()][:6]
         raise
     finally:
+        kept = failures[-KEPT_FAILURES:] if table else list(shrunk.values())[-KEPT_SIGNATURES:]
         summary.update(examples_run=len(ran), pinned=len(pinned), examples_failed=len(failures),
                        **({"examples_by_class": by_class} if by_class else {}),
-                       failing_examples=[{"program": getattr(p, "source", repr(p)), "figures": repr(p),
-                                          "metrics": m, "error": error_line(e)} for p, e, m in failures[-KEPT_FAILURES:]])
+                       failing_examples=[{"program": getattr(p, "source", repr(p)), "figures": repr(p), "metrics": m,
+                                          "error": error_line(e), "signature": signature_of(e)} for p, e, m in kept])
         if not table and ran:
             summary["last_example"] = getattr(ran[-1], "source", repr(ran[-1]))  # hypothesis replays the shrunk one last
         case.record(property=json.loads(json.dumps(summary, default=repr)))  # what a record can carry

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import re
 
-from harness.core import caseid, paths, records, versions
+from harness.core import caseid, outcomes, paths, records, versions
 from harness.core.errors import BadInput
 from harness.core.outcomes import FAILING, HARD, OUTCOMES, PASSING, REFERENCED, upstream_link
 
@@ -91,19 +90,10 @@ def opening_line(text: str | None, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-# What differs between two raises of one bug: addresses, paths, quoted values, numbers.
-NORMALISE = [(re.compile(r"0x[0-9a-fA-F]+"), "0x…"), (re.compile(r"(?:<\w+>)?(?<![\w.<])(?:/[\w.@+-]+)+/?"), "<path>"),
-             (re.compile(r"\b\d+(?:\.\d+)*\b"), "N")]
-
-
 def bug_signature(record: dict) -> str:
-    """The exception type and its first line with numbers, addresses and paths taken out: two
-    cases with one signature fail the same way."""
-    message = opening_line(record.get("message"), 10_000)
-    for pattern, replacement in NORMALISE:
-        message = pattern.sub(replacement, message)
-    exc_type = (record.get("exc_type") or record["outcome"]).rsplit(".", 1)[-1]
-    return f"{exc_type}: {opening_line(message, 160)}" if message else exc_type
+    """The record's exception type and first line with numbers, addresses and paths taken out: two
+    cases with one signature fail the same way (harness.core.outcomes.bug_signature)."""
+    return outcomes.bug_signature(record.get("exc_type") or record["outcome"], record.get("message"))
 
 
 def case_order(case_id: str, record: dict):

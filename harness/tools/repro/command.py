@@ -25,6 +25,7 @@ import sys
 import tempfile
 
 from harness.core import matrix, paths, records, sessions, venvs
+from harness.tools.repro import op_example
 from harness.tools.repro.collector import collect
 from harness.tools.repro.issue import across_versions, issue_markdown
 from harness.tools.repro.property_example import chosen_example
@@ -90,6 +91,7 @@ def command(args) -> int:
     if session:  # a property case replays the failing example the session's record lists
         _, record = records.find_case(paths.results_path(session), args.case)
         info["property_example"] = chosen_example(record, info["expected"])
+    op_example.add_scripts(python, {args.case: info})
     out = pathlib.Path(args.out) if args.out else paths.results_dir() / "repro" / script_name(args.case)
     text = build_script(info)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -123,6 +125,7 @@ def check_every_case(args) -> int:
     collected = collect(python, ["*"])
     for case_id, info in collected["cases"].items():
         info["property_example"] = chosen_example(found.get(case_id), info["expected"])
+    op_example.add_scripts(python, collected["cases"])
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix=f"repro-{session}-"))
     out.mkdir(parents=True, exist_ok=True)
     lengths, limits, mismatches, unexported, scripts = {}, {}, [], [], {}

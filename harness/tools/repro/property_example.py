@@ -63,6 +63,26 @@ def header(example: dict | None) -> str:
     return text.replace('"' * 3, "'" * 3)
 
 
+def _example_node(call: ast.Call, function: str, example: dict | None) -> ast.expr:
+    """The expression of the example to replay: a recorded one's figures, else the first pinned one."""
+    if example is not None:
+        return ast.parse(example["figures"], mode="eval").body
+    pinned = next((k.value for k in call.keywords if k.arg == "pinned"), None)
+    if pinned is None:
+        raise ReproError(f"{function}: no recorded failing example and no pinned one to replay")
+    return ast.Subscript(value=pinned, slice=ast.Constant(0), ctx=ast.Load())
+
+
+def example_expression(source: str, function: str, example: dict | None) -> str:
+    """The source of the example `function`'s property replays (see `_example_node`)."""
+    tree = ast.parse(source)
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    statement = explore_call(node)
+    if statement is None:
+        raise ReproError(f"{function} is not a property case")
+    return ast.unparse(_example_node(statement.value, function, example))
+
+
 def with_example(source: str, function: str, example: dict | None) -> str:
     """`source` with `function`'s explore(...) call replaced by its check applied to `example` (a
     recorded one: its figures are an expression), or to the first pinned example when None."""
@@ -73,13 +93,7 @@ def with_example(source: str, function: str, example: dict | None) -> str:
         return source
     call = statement.value
     check = call.args[3] if len(call.args) > 3 else next(k.value for k in call.keywords if k.arg == "check")
-    if example is None:
-        pinned = next((k.value for k in call.keywords if k.arg == "pinned"), None)
-        if pinned is None:
-            raise ReproError(f"{function}: no recorded failing example and no pinned one to replay")
-        example_node = ast.Subscript(value=pinned, slice=ast.Constant(0), ctx=ast.Load())
-    else:
-        example_node = ast.parse(example["figures"], mode="eval").body
+    example_node = _example_node(call, function, example)
     if isinstance(check, ast.Lambda) and len(check.args.args) == 1:
         replay = _Substitute(check.args.args[0].arg, example_node).visit(check.body)
     else:

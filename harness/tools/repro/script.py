@@ -14,6 +14,7 @@ import sys
 
 from harness.core import outcomes, paths
 from harness.tools.repro.errors import ReproError
+from harness.tools.repro.op_example import build_op_script
 from harness.tools.repro.property_example import explore_call, header as property_header, with_example
 
 MAX_LINES = 120
@@ -223,7 +224,10 @@ def _arguments(info: dict, fixtures: set) -> list[str]:
 
 
 def build_script(info: dict) -> str:
-    """The standalone script of a collected case (see the module docstring)."""
+    """The standalone script of a collected case (see the module docstring); a property case over
+    the op database exports its example's own script (harness.tools.repro.op_example)."""
+    if info.get("op_script"):
+        return build_op_script(info)
     function = info["function"]
     source = with_example(pathlib.Path(info["path"]).read_text(), function, info.get("property_example"))
     support = support_sources(source)
