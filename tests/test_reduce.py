@@ -11,7 +11,7 @@ import traceback
 import pytest
 
 from harness.core import sessions
-from harness.tools import reduce, scriptrun
+from harness.tools import reduce, reduce_tensors, scriptrun
 from harness.tools.repro import collector, script as repro_script
 from tests.conftest import ROOT
 from tests.test_sweep import USER_SCRIPT
@@ -21,21 +21,23 @@ CASE = "empty_init/copy_copy_in_compiled_fn_under_mode[cpu-eager-graphbreaks-pas
 
 
 class VersionRunner:
-    """Runs a candidate in this process with `VERSION` set, as a venv of that torch would."""
+    """Runs a candidate in this process with `VERSION` set, as a venv of that torch would, and
+    `COMPILING` false where it runs without torch.compile."""
 
     def __init__(self, version):
         self.version, self.runs = version, 0
 
-    def run(self, path, timeout):
+    def run(self, path, timeout, without_compile=False):
         self.runs += 1
+        scope = {"VERSION": self.version, "COMPILING": not without_compile, "__name__": "__main__"}
         try:
-            exec(compile(path.read_text(), str(path), "exec"), {"VERSION": self.version, "__name__": "__main__"})
+            exec(compile(path.read_text(), str(path), "exec"), scope)
             return scriptrun.classify(0, "", 0.0)
         except Exception:
             return scriptrun.classify(1, traceback.format_exc(), 0.0)
 
 
-# A semantic bug of "version 15": compiled and eager differ; on 12 they agree.
+# A semantic bug of "version 15": compiled and eager differ; on 12 they agree, and without compile too.
 SEMANTIC = textwrap.dedent("""\
     import math
     TABLE = {n: math.factorial(n) for n in range(6)}
@@ -47,7 +49,7 @@ SEMANTIC = textwrap.dedent("""\
         return x * 2
 
     def compiled(x):
-        return x * 2 + (1 if VERSION >= 13 else 0)
+        return x * 2 + (1 if VERSION >= 13 and COMPILING else 0)
 
     unrelated(1, 2)
     x = 6
@@ -74,10 +76,45 @@ def test_the_reduction_keeps_the_figure_and_passes_where_the_bug_is_fixed():
     assert VersionRunner(12).run(_file(reduced), 10).outcome == "pass"
 
 
-def test_without_a_passing_version_the_difference_itself_can_go():
-    # What the passing check prevents: the failing version alone keeps an assertion that fails everywhere.
-    _, reduced, _ = reduction(passing=False)
-    assert VersionRunner(12).run(_file(reduced), 10).outcome == "fail"
+def test_without_a_passing_version_the_differential_check_keeps_the_compile():
+    test, reduced, finished = reduction(passing=False)
+    assert finished and test.passing is None
+    assert "COMPILING" in reduced and "assert" in reduced  # what differs under compile: it cannot go
+    assert SIGNATURE.shown_by(VersionRunner(15).run(_file(reduced), 10))
+    assert VersionRunner(15).run(_file(reduced), 10, without_compile=True).outcome == "pass"
+
+
+def test_a_script_that_fails_without_compile_too_is_not_interesting():
+    fails_anyway = SEMANTIC.replace('print("done")', 'raise AssertionError("compiled or not, it fails")')
+    test = reduce.Interestingness(reduce.Signature("AssertionError", "compiled"), VersionRunner(15), None,
+                                  deadline=time.monotonic() + 60, timeout=10, out=sys.stdout)
+    assert SIGNATURE.shown_by(VersionRunner(15).run(_file(SEMANTIC), 10))
+    assert not test(fails_anyway)
+    assert test.why.startswith("it does not show a compile bug: it fails without torch.compile too (fail")
+
+
+def test_a_zero_size_tensor_or_a_renamed_name_is_refused_without_a_run():
+    zero = "import torch\nx = torch.randn(8, 0)\n" + SEMANTIC
+    test = reduce.Interestingness(SIGNATURE, VersionRunner(15), VersionRunner(12), deadline=time.monotonic() + 60,
+                                  timeout=10, out=sys.stdout, start=SEMANTIC)
+    assert not test(zero) and not test(SEMANTIC.replace("unrelated(1, 2)", "unique_name_0 = unrelated(1, 2)"))
+    assert test.failing.runs == 0
+    # where the starting script had a zero-size tensor, it may be the bug: candidates may keep one
+    allowed = reduce.Interestingness(SIGNATURE, VersionRunner(15), VersionRunner(12), deadline=time.monotonic() + 60,
+                                     timeout=10, out=sys.stdout, start=zero)
+    assert allowed.refused(zero) == "" and allowed.failing.runs == 0
+
+
+@pytest.mark.parametrize("source, zero", [
+    ("torch.randn(8, 0)", True), ("torch.zeros((4, 0), dtype=torch.float32)", True), ("torch.full((0,), 1.0)", True),
+    ("torch.randint(0, 5, (3, 0))", True), ("x.reshape(0, -1)", True), ("x.new_zeros(0)", True),
+    ("torch.tensor([[]])", True), ("torch.arange(0)", True), ("torch.empty(size=(2, 0))", True),
+    ("torch.randn(8, 1)", False), ("torch.randint(0, 5, (3,))", False), ("torch.full((2,), 0)", False),
+    ("torch.tensor([0.0, 1.0])", False), ("torch.arange(0, 4)", False), ("x.view(-1)", False), ("x.sum(0)", False),
+    ("torch.ones(n)", False),
+])
+def test_a_zero_size_is_read_from_the_size_arguments(source, zero):
+    assert reduce_tensors.zero_size(f"import torch\ny = {source}\n") is zero
 
 
 def test_candidate_runs_are_cached_and_the_time_limit_keeps_the_best():

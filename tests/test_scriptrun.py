@@ -5,6 +5,7 @@ import textwrap
 
 import pytest
 
+from harness.core import venvs
 from harness.tools import scriptrun
 
 SCRIPTS = {
@@ -68,3 +69,56 @@ def test_the_last_exception_is_the_one_that_ended_the_script():
         torch._dynamo.exc.Unsupported: no
         """)
     assert scriptrun.exceptions(output) == [("KeyError", "'key'"), ("torch._dynamo.exc.Unsupported", "no")]
+
+
+# Under torch.compile the fullgraph function's graph break raises; run eagerly, it is a no-op. The
+# decorator forms, disable and nested_compile_region must still run without compile.
+COMPILE_ONLY_FAILURE = textwrap.dedent("""\
+    import torch
+
+    @torch.compile(fullgraph=True)
+    def decorated(x):
+        torch._dynamo.graph_break()
+        return x.sin()
+
+    @torch.compile
+    def bare(x):
+        return x + 1
+
+    called = torch.compile(lambda x: x * 2, backend="eager", dynamic=True)
+    off = torch.compiler.disable(lambda x: x * 3)
+    x = torch.ones(2, requires_grad=True)
+    total = bare(x) + called(x) + off(x)
+    if hasattr(torch.compiler, "nested_compile_region"):  # torch >= 2.8
+        total = total + torch.compiler.nested_compile_region(lambda x: x * 5)(x)
+    total.sum().backward()
+    assert x.grad.tolist() == [11.0 if hasattr(torch.compiler, "nested_compile_region") else 6.0] * 2, x.grad
+    decorated(x)
+    print("ran without compile")
+    """)
+
+
+def _torch_pythons():
+    """This venv's torch (the newest) and, slow, the oldest row's where its venv is built."""
+    oldest = venvs.venv_python("cpu_torch21")
+    return [pytest.param(sys.executable, id="this venv")] + (
+        [pytest.param(str(oldest), id="cpu_torch21", marks=pytest.mark.slow)] if oldest.exists() else [])
+
+
+@pytest.mark.parametrize("python", _torch_pythons())
+def test_without_compile_the_script_runs_eagerly(tmp_path, python):
+    script = tmp_path / "compile_only.py"
+    script.write_text(COMPILE_ONLY_FAILURE)
+    compiled = scriptrun.run(python, script, timeout=300)
+    assert (compiled.outcome, compiled.exception.rsplit(".", 1)[-1]) == ("fail", "Unsupported"), compiled.output
+    eager = scriptrun.run(python, script, timeout=300, without_compile=True)
+    assert eager.outcome == "pass" and "ran without compile" in eager.output, eager.output
+
+
+def test_a_warm_run_without_compile_is_told_apart_per_run(tmp_path):
+    script = tmp_path / "compile_only.py"
+    script.write_text(COMPILE_ONLY_FAILURE)
+    with scriptrun.WarmRunner(sys.executable) as warm:
+        assert warm.run(script, timeout=120, without_compile=True).outcome == "pass"
+        compiled = warm.run(script, timeout=120)  # the patch lived in the last child only
+        assert compiled.outcome == "fail" and compiled.exception.endswith("Unsupported"), compiled.output

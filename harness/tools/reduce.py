@@ -2,36 +2,37 @@
 
 The starting point is the script `repro` exports, less its plumbing (the EXPECTED table, the
 OUTCOME classifier, the exit codes): the case's call at module level, so that the bug raises or
-asserts and the script exits non-zero. pysource-minimize then removes what it can, keeping a
-candidate only where the interestingness test holds:
-
-- on the failing session (the one given), the candidate fails (not a crash or a timeout) with the
-  exception type the matrix records and the message pattern (the declared `match` of a known bug or
-  limitation, else the recorded message's first line, which keeps a semantic case's figure);
-- on a session where the matrix records a pass (or fixed) for the case, the nearest one, the
-  candidate passes. This rejects a reduction to `raise AssertionError(...)`.
+asserts and the script exits non-zero. The rewrites (harness.tools.reduce_inline, reduce_materialise,
+reduce_tensors, reduce_passes) and pysource-minimize's deletions then shorten it in turn, keeping a
+candidate only where the interestingness test of harness.tools.reduce_check holds: it fails on the
+failing session (the one given) with the recorded exception type and message pattern (the declared
+`match` of a known bug or limitation, else the recorded message's first line, which keeps a
+semantic case's figure), and passes on a session where the matrix records a pass (or fixed), the
+nearest one, or, where no row passes, on the failing session with torch.compile replaced by the
+identity (the differential check).
 
 Candidates run forked from a warm process per venv (harness.tools.scriptrun.WarmRunner), each result
 cached by the candidate's text. Reduction stops at --time-limit keeping the smallest candidate
-found; the result is then run afresh (a new process) on both versions. `--script SCRIPT` reduces a
-user's script instead: its own failure on --session is the pattern, --passing names the session
-it must pass on.
+found; the result is then run afresh (new processes) on both versions, or with and without
+torch.compile. `--script SCRIPT` reduces a user's script instead: its own failure on --session is the
+pattern, --passing names the session it must pass on (without it: the differential check).
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import hashlib
 import pathlib
-import re
 import sys
 import tempfile
 import time
 
 from harness.core import outcomes, paths, records, venvs
 from harness.core.errors import BadInput
-from harness.tools import preflight, reduce_passes, scriptrun
+from harness.tools import (preflight, reduce_inline, reduce_materialise, reduce_names, reduce_passes,
+                           reduce_tensors, scriptrun)
+from harness.tools.reduce_check import (Interestingness, Signature, TimeUp, check_words, line_count,
+                                        message_pattern, size)
 from harness.tools.repro.collector import collect
 from harness.tools.repro.command import collect_env
 from harness.tools.repro.errors import ReproError
@@ -40,33 +41,6 @@ from harness.tools.repro.script import build_script, script_name
 from harness.tools.repro.property_example import chosen_example
 
 PLUMBING_NAMES = {"EXPECTED", "declared"}
-PATTERN_CHARACTERS = 400
-
-
-class TimeUp(Exception):
-    """The reduction's time limit was reached."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Signature:
-    """What a candidate must show on the failing version."""
-
-    exception: str  # the exception's class name ('AssertionError'), module left out
-    pattern: str  # a regular expression the output must contain
-
-    def shown_by(self, run: scriptrun.ScriptRun) -> bool:
-        return (run.outcome == "fail" and run.exception.rsplit(".", 1)[-1] == self.exception
-                and re.search(self.pattern, run.output) is not None)
-
-    def __str__(self) -> str:
-        return f"{self.exception} matching /{self.pattern}/"
-
-
-def message_pattern(message: str) -> str:
-    """A pattern for a recorded message: its whole first line (a semantic case's figure, both
-    sides of the comparison), up to PATTERN_CHARACTERS, literal except memory addresses."""
-    first = (message.strip().splitlines() or [""])[0][:PATTERN_CHARACTERS]
-    return re.sub(r"0x[0-9a-f]+", "0x[0-9a-f]+", re.escape(first))
 
 
 def signature_of(record: dict, expected: list[dict]) -> Signature:
@@ -120,58 +94,6 @@ def imported_modules(source: str) -> list[str]:
     return sorted(found - {""})
 
 
-def line_count(source: str) -> int:
-    return len([line for line in source.splitlines() if line.strip()])
-
-
-def size(source: str) -> tuple[int, int]:
-    """What a smaller candidate has less of: lines, then characters."""
-    return line_count(source), len(source)
-
-
-class Interestingness:
-    """The test a candidate must pass, with its runs cached by the candidate's text."""
-
-    def __init__(self, signature: Signature, failing: scriptrun.WarmRunner, passing: scriptrun.WarmRunner | None,
-                 deadline: float, timeout: float, out=sys.stderr):
-        self.signature, self.failing, self.passing = signature, failing, passing
-        self.deadline, self.timeout, self.out = deadline, timeout, out
-        self.cache: dict[str, bool] = {}
-        self.checks = self.runs = 0
-        self.best: str | None = None
-        self.started = time.monotonic()
-        self.folder = tempfile.TemporaryDirectory(prefix="harness-reduce-")
-
-    def _run(self, runner: scriptrun.WarmRunner, source: str) -> scriptrun.ScriptRun:
-        path = pathlib.Path(self.folder.name) / "candidate.py"
-        path.write_text(source)
-        self.runs += 1
-        return runner.run(path, timeout=self.timeout)
-
-    def __call__(self, source: str) -> bool:
-        self.checks += 1
-        if time.monotonic() > self.deadline:  # cached answers too: a loop of them must end
-            raise TimeUp()
-        key = hashlib.sha256(source.encode()).hexdigest()
-        if key in self.cache:
-            return self.cache[key]
-        failing = self._run(self.failing, source)
-        interesting = self.signature.shown_by(failing)
-        if interesting and self.passing is not None:
-            interesting = self._run(self.passing, source).outcome == "pass"
-        self.cache[key] = interesting
-        if interesting and (self.best is None or size(source) < size(self.best)):
-            self.best = source
-        elapsed = time.monotonic() - self.started
-        print(f"[{elapsed:6.1f} s] check {self.checks:4d} ({self.runs} runs): {line_count(source):4d} lines "
-              f"{'kept' if interesting else 'no  '}  best {line_count(self.best or source)} lines", file=self.out,
-              flush=True)
-        return interesting
-
-    def close(self) -> None:
-        self.folder.cleanup()
-
-
 def tidy(source: str) -> str:
     """`source` less the bare constants (`0`) the reducer leaves where it emptied a statement."""
     tree = ast.parse(source)
@@ -184,18 +106,28 @@ def tidy(source: str) -> str:
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
+def passes(test: Interestingness) -> tuple:
+    """The rewrites, in the order `improve` tries them: what removes the harness's shapes first (calls
+    inlined, lookups and generated code materialised), then names put where they are read, literal
+    tensors, and the small ones."""
+    return (reduce_inline.PASSES + (reduce_materialise.materialise_exec(test.exec_texts),) + reduce_materialise.PASSES
+            + reduce_names.PASSES + reduce_tensors.PASSES + reduce_passes.PASSES)
+
+
 def minimize(source: str, test: Interestingness) -> tuple[str, bool]:
     """(the smallest interesting source found, whether the reducer finished before the deadline):
-    pysource-minimize's deletions and harness.tools.reduce_passes' rewrites in turn, tidied where the
-    tidy version is interesting too."""
+    the rewrites (passes), then pysource-minimize's deletions, in turn until neither finds anything,
+    tidied where the tidy version is interesting too."""
     import pysource_minimize
 
     test.best = source
     result, finished, seen = source, True, set()
     try:
+        # The rewrites first: inlined and materialised, the script has far less for the deletions to try.
+        result = reduce_passes.improve(result, test, passes(test))
         while result not in seen:  # deletions, then the rewrites that let more go, until neither finds anything
             seen.add(result)
-            result = reduce_passes.improve(pysource_minimize.minimize(result, test), test)
+            result = reduce_passes.improve(pysource_minimize.minimize(result, test), test, passes(test))
         result = reduce_passes.improve(result, test, reduce_passes.FINAL_PASSES)
     except TimeUp:
         result, finished = test.best, False
@@ -234,9 +166,10 @@ def default_out(name: str) -> pathlib.Path:
 
 
 def command(args) -> int:
-    """0 when a reduced script was written and, run afresh, fails on the failing version (and
-    passes on the passing one); 1 when the starting script does not show the bug or the result
-    does not hold afresh; 2 for bad input (before any environment is built)."""
+    """0 when a reduced script was written and, run afresh, fails on the failing version and passes
+    where the check says (the passing row, or without torch.compile); 1 when the starting script
+    does not show the bug or the result does not hold afresh; 2 for bad input (before any
+    environment is built)."""
     if bool(args.case) == bool(args.script):
         raise BadInput("reduce takes a CASE_ID or --script SCRIPT (one of them)")
     preflight.check_session(args.session)
@@ -249,16 +182,13 @@ def command(args) -> int:
     else:
         record, passing = None, args.passing
     if passing and args.no_build and not venvs.venv_python(passing, args.envdir).exists():
-        print(f"warning: {passing} has no environment (--no-build): candidates are not checked to pass there",
-              file=sys.stderr)
+        print(f"warning: {passing} has no environment (--no-build): the differential check instead", file=sys.stderr)
         passing = None
-    if passing is None:
-        print("warning: no version where the case passes: a candidate is only checked to fail as recorded",
-              file=sys.stderr)
     python = venvs.ensure_venv(args.session, args.envdir, build=not args.no_build)
     if python is None:
         raise venvs.SessionError(f"{args.session} has no environment (--no-build)")
     passing_python = venvs.ensure_venv(passing, args.envdir) if passing else None
+    print(f"the check: {check_words(args.session, passing)}", file=sys.stderr, flush=True)
     if args.case:
         info = collect(python, [args.case])["cases"][args.case]
         example = chosen_example(record, info["expected"])
@@ -270,14 +200,40 @@ def command(args) -> int:
         start, signature = strip_plumbing(full), signature_of(record, info["expected"])
         name = script_name(args.case).replace("repro_", "reduced_", 1)
     else:
-        full = script.read_text()
+        info, full = None, script.read_text()
         start, signature = (strip_plumbing(full) if "OUTCOME:" in full else full), None
         name = f"{script.stem}_reduced.py"
     out = pathlib.Path(args.out) if args.out else default_out(name)
-    print(f"starting the warm runners of {args.session}" + (f" and {passing}" if passing else ""), file=sys.stderr,
-          flush=True)
     started = time.monotonic()
+    reduced, signature, test, finished = _reduce(args, start, signature, python, passing_python, passing, script)
+    seconds = time.monotonic() - started
+    header = (f"# Reduced from {args.case or script.name} by torch-compile-matrix: fails on {args.session}, "
+              + (f"passes on {passing}" if passing else "passes there without torch.compile") + ".\n")
+    text = header + reduced
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"reduced {args.case or script.name}: {line_count(start)} -> {line_count(text)} lines in {seconds:.0f} s "
+          f"({test.checks} checks, {test.runs} runs; {'done' if finished else 'stopped at the time limit'})")
+    holds, verdict = _verdict(args, out, signature, python, passing_python, passing)
+    print(f"wrote {out}", file=sys.stderr)
+    print(text)
+    if args.case and holds:  # the issue: the reduced script, the whole export folded below it
+        result = {"returncode": verdict.code, "output": verdict.output, "outcome": record["outcome"]}
+        rows = across_versions(args.case, [paths.results_dir()])
+        issue = issue_markdown(info, text, out, result, collect_env(python), rows, full=full)
+        out.with_suffix(".md").write_text(_with_check(issue, args.session, passing, signature))
+        print(f"wrote {out.with_suffix('.md')}", file=sys.stderr)
+    if not holds:
+        print("error: run afresh, the reduced script does not show the bug as the candidates did", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _reduce(args, start: str, signature: Signature | None, python, passing_python, passing: str | None, script):
+    """(the reduced source, the signature, the test, whether it finished) from warm runners of both venvs
+    (the failing one alone for the differential check)."""
     preload = imported_modules(start)  # each candidate then pays its own work only
+    started = time.monotonic()
     with scriptrun.WarmRunner(python, python.parent.parent, preload=preload) as failing_runner:
         passing_runner = scriptrun.WarmRunner(passing_python, passing_python.parent.parent, preload=preload) \
             if passing_python else None
@@ -286,49 +242,42 @@ def command(args) -> int:
             if signature is None:  # --script: the script's own failure is what it must keep showing
                 if first.outcome != "fail" or not first.exception:
                     raise ReproError(f"{script} does not fail with an exception on {args.session} "
-                                           f"({first.outcome}, {first.exit}): nothing to reduce")
-                signature = Signature(first.exception.rsplit(".", 1)[-1], message_pattern(first.message.partition(": ")[2]))
-            print(f"the bug: {signature} on {args.session}" + (f", a pass on {passing}" if passing else ""),
-                  file=sys.stderr, flush=True)
+                                     f"({first.outcome}, {first.exit}): nothing to reduce")
+                signature = Signature(first.exception.rsplit(".", 1)[-1],
+                                      message_pattern(first.message.partition(": ")[2]))
+            print(f"the bug: {signature} on {args.session}", file=sys.stderr, flush=True)
             test = Interestingness(signature, failing_runner, passing_runner, deadline=started + args.time_limit,
-                                   timeout=max(60.0, 5 * first.seconds))
+                                   timeout=max(60.0, 5 * first.seconds), start=start)
             if not test(start):
-                raise ReproError(f"the starting script does not show {signature} on {args.session}"
-                                       + (f" and pass on {passing}" if passing else "")
-                                       + f": it gave {first.outcome} ({first.exit}: {first.message[:200]})")
+                raise ReproError(f"the starting script does not show {signature} on {args.session} as the check "
+                                 f"needs ({check_words(args.session, passing)}): {test.why}")
             reduced, finished = minimize(start, test)
             test.close()
         finally:
             if passing_runner:
                 passing_runner.close()
-    seconds = time.monotonic() - started
-    header = (f"# Reduced from {args.case or script.name} by torch-compile-matrix: fails on {args.session}"
-              + (f", passes on {passing}" if passing else "") + ".\n")
-    text = header + reduced
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(f"reduced {args.case or script.name}: {line_count(start)} -> {line_count(text)} lines in {seconds:.0f} s "
-          f"({test.checks} checks, {test.runs} runs; {'done' if finished else 'stopped at the time limit'})")
-    # The verdict: the written script run afresh, in a new process, on both versions.
+    return reduced, signature, test, finished
+
+
+def _verdict(args, out: pathlib.Path, signature: Signature, python, passing_python, passing: str | None):
+    """(whether the written script, run afresh in new processes, fails on the failing version and passes
+    on the passing one or without torch.compile; the failing run)."""
     verdict = scriptrun.run(python, out, timeout=args.timeout, cache_dir=python.parent.parent)
-    holds = signature.shown_by(verdict)
-    print(f"{args.session}: {verdict.outcome} ({verdict.exit}) {verdict.message[:160]}")
+    print(f"{args.session}: {verdict.outcome} ({verdict.exit}) {verdict.message[:160]}".rstrip())
     if passing_python:
         again = scriptrun.run(passing_python, out, timeout=args.timeout, cache_dir=passing_python.parent.parent)
-        holds = holds and again.outcome == "pass"
         print(f"{passing}: {again.outcome} ({again.exit}) {again.message[:160]}".rstrip())
-    print(f"wrote {out}", file=sys.stderr)
-    print(text)
-    if args.case and holds:  # the issue: the reduced script, the whole export folded below it
-        result = {"returncode": verdict.code, "output": verdict.output, "outcome": record["outcome"]}
-        rows = across_versions(args.case, [paths.results_dir()])
-        issue = issue_markdown(info, text, out, result, collect_env(python), rows, full=full)
-        out.with_suffix(".md").write_text(issue)
-        print(f"wrote {out.with_suffix('.md')}", file=sys.stderr)
-    if not holds:
-        print("error: run afresh, the reduced script does not show the bug as the candidates did", file=sys.stderr)
-        return 1
-    return 0
+    else:
+        again = scriptrun.run(python, out, timeout=args.timeout, cache_dir=python.parent.parent, without_compile=True)
+        print(f"{args.session} without torch.compile: {again.outcome} ({again.exit}) {again.message[:160]}".rstrip())
+    return signature.shown_by(verdict) and again.outcome == "pass", verdict
+
+
+def _with_check(issue: str, session: str, passing: str | None, signature: Signature) -> str:
+    """The issue text with a line saying what the reduced script was checked to do."""
+    line = (f"Reduced by `python -m harness reduce`: the script fails on {session} with {signature.exception}, "
+            f"and {check_words(session, passing)}; both checked afresh.\n\n")
+    return issue.replace("**Reproduction**", line + "**Reproduction**", 1)
 
 
 def _write(source: str) -> pathlib.Path:

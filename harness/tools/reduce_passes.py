@@ -8,12 +8,13 @@ test still holds, so a rewrite that changes what the script shows is never kept.
   expression;
 - drop_unused_parameters: a parameter its function never reads, with the argument every call gives it
   (functions only called directly by name; not methods);
-- inline_calls: a module-level call statement `f(a, b=c)` of a function defined at module level and
-  called nowhere else becomes the function's body, after `parameter = argument` lines;
+- fold_literals: `f(**{'k': v})`, `f(*(a, b))`, `(a, b)[0]`, a loop or list comprehension over `range(1)` said plainly;
 - plain_numbers: an odd float the reducer left becomes 1.0 or 2.0.
 
 Each pass yields the candidates it can make, one rewrite each; `improve` tries them in order and
-keeps the first interesting one, until no candidate of any pass is.
+keeps the first interesting one, until no candidate of any pass is. The rewrites that inline calls
+(harness.tools.reduce_inline), materialise lookups and generated code (harness.tools.reduce_materialise)
+and make literal tensors random ones (harness.tools.reduce_tensors) are passes of the same form.
 """
 
 from __future__ import annotations
@@ -40,16 +41,21 @@ def _source(tree: ast.AST) -> str:
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
-def _each(source: str, rewrite: Callable[[ast.Module, int], bool]) -> Iterator[str]:
+SKIP = "skip"  # what a rewrite returns for a k-th place it cannot rewrite after all
+
+
+def _each(source: str, rewrite: Callable[[ast.Module, int], bool | str]) -> Iterator[str]:
     """The sources `rewrite(tree, k)` makes from fresh copies of `source`'s tree, k = 0, 1, ...,
-    until it finds no k-th place to rewrite."""
+    until it finds no k-th place to rewrite (False); SKIP: that place gives no candidate."""
     original = ast.parse(source)
     k = 0
     while True:
         tree = copy.deepcopy(original)
-        if not rewrite(tree, k):
+        done = rewrite(tree, k)
+        if not done:
             return
-        yield _source(tree)
+        if done is not SKIP:
+            yield _source(tree)
         k += 1
 
 
@@ -143,56 +149,72 @@ def drop_unused_parameters(source: str) -> Iterator[str]:
     return _each(source, rewrite)
 
 
-def _inlinable(function: ast.FunctionDef) -> bool:
-    a = function.args
-    return not (function.decorator_list or a.vararg or a.kwarg or a.posonlyargs or a.kwonlyargs or any(
-        isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal, ast.Await))
-        for n in ast.walk(function) if n is not function and not _inside_nested(function, n)))
+def fold_literals(source: str) -> Iterator[str]:
+    """What the reducer's and the inliners' leftovers say at length: `f(**{'k': v})` becomes `f(k=v)`,
+    `f(*(a, b))` becomes `f(a, b)`, `(a, b)[0]` becomes `a`, `for i in range(1): body` becomes `i = 0` and the body, `[e for i in range(1)]`
+    becomes `[e]` (i unused)."""
+    def rewrite(tree, k):
+        places = [n for n in ast.walk(tree) if _foldable(n)]
+        places += [(body, i) for body in _bodies(tree) for i, s in enumerate(body) if _one_round(s)]
+        if k >= len(places):
+            return False
+        place = places[k]
+        if isinstance(place, tuple):
+            body, i = place
+            loop = body[i]
+            body[i:i + 1] = [ast.Assign(targets=[loop.target], value=ast.Constant(0))] + loop.body
+        elif isinstance(place, ast.Call) and _starred_literal(place):
+            place.args = [e for a in place.args for e in (a.value.elts if _starred_literal_argument(a) else [a])]
+        elif isinstance(place, ast.Call):
+            splat = next(kw for kw in place.keywords if kw.arg is None and isinstance(kw.value, ast.Dict))
+            position = place.keywords.index(splat)
+            place.keywords[position:position + 1] = [ast.keyword(arg=key.value, value=value)
+                                                     for key, value in zip(splat.value.keys, splat.value.values)]
+        elif isinstance(place, ast.Subscript):
+            _become(place, place.value.elts[place.slice.value])
+        else:
+            place.generators = []
+            _become(place, ast.List(elts=[place.elt], ctx=ast.Load()))
+        return True
+    return _each(source, rewrite)
 
 
-def _inside_nested(function: ast.FunctionDef, target: ast.AST) -> bool:
-    """Whether `target` lies in a function or class nested in `function` (its returns are its own)."""
-    for node in ast.walk(function):
-        if node is not function and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            if any(n is target for n in ast.walk(node)):
-                return True
+def _become(node: ast.AST, other: ast.AST) -> None:
+    """Make `node` the node `other` (in place: its parent keeps pointing at it)."""
+    node.__class__ = other.__class__
+    node.__dict__.update({field: getattr(other, field) for field in other._fields})
+
+
+def _range_one(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and ast.unparse(node) in ("range(1)", "range(0, 1)")
+
+
+def _starred_literal_argument(node: ast.AST) -> bool:
+    return isinstance(node, ast.Starred) and isinstance(node.value, (ast.Tuple, ast.List))
+
+
+def _starred_literal(call: ast.Call) -> bool:
+    return any(_starred_literal_argument(a) for a in call.args)
+
+
+def _foldable(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call):
+        return _starred_literal(node) or any(kw.arg is None and isinstance(kw.value, ast.Dict) and all(
+            isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier()
+            for key in kw.value.keys) for kw in node.keywords)
+    if isinstance(node, ast.Subscript):
+        return (isinstance(node.value, ast.Tuple) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant)
+                and type(node.slice.value) is int and -len(node.value.elts) <= node.slice.value < len(node.value.elts))
+    if isinstance(node, ast.ListComp) and len(node.generators) == 1:
+        generator = node.generators[0]
+        return (_range_one(generator.iter) and not generator.ifs and isinstance(generator.target, ast.Name)
+                and generator.target.id not in _loaded_names(node.elt))
     return False
 
 
-def inline_calls(source: str) -> Iterator[str]:
-    def places(tree):
-        found = []
-        for position, statement in enumerate(tree.body):
-            if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
-                    and isinstance(statement.value.func, ast.Name)):
-                continue
-            name = statement.value.func.id
-            definitions = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
-            uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name]
-            if len(definitions) == 1 and len(uses) == 1 and _inlinable(definitions[0]) \
-                    and not any(isinstance(a, ast.Starred) for a in statement.value.args) \
-                    and all(kw.arg is not None for kw in statement.value.keywords):
-                found.append((position, definitions[0]))
-        return found
-
-    def rewrite(tree, k):
-        found = places(tree)
-        if k >= len(found):
-            return False
-        position, function = found[k]
-        call = tree.body[position].value
-        parameters = [a.arg for a in function.args.args]
-        defaults = dict(zip(parameters[len(parameters) - len(function.args.defaults):], function.args.defaults))
-        given = dict(zip(parameters, call.args)) | {kw.arg: kw.value for kw in call.keywords}
-        if set(given) - set(parameters) or set(parameters) - set(given) - set(defaults):
-            return False
-        bindings = [ast.Assign(targets=[ast.Name(p, ast.Store())], value=given.get(p, defaults.get(p)))
-                    for p in parameters
-                    if not (isinstance(given.get(p), ast.Name) and given[p].id == p)]  # `case = case`: nothing
-        tree.body[position:position + 1] = bindings + function.body
-        tree.body.remove(function)
-        return True
-    return _each(source, rewrite)
+def _one_round(statement: ast.stmt) -> bool:
+    return (isinstance(statement, ast.For) and _range_one(statement.iter) and not statement.orelse
+            and not any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(statement)))
 
 
 def plain_numbers(source: str) -> Iterator[str]:
@@ -210,19 +232,25 @@ def plain_numbers(source: str) -> Iterator[str]:
     return _each(source, rewrite)
 
 
-PASSES = (split_tuple_assignments, drop_unused_assignments, drop_unused_parameters, inline_calls)
+PASSES = (fold_literals, split_tuple_assignments, drop_unused_assignments, drop_unused_parameters)
 # Last, once: pysource-minimize shrinks numbers again, so inside the loop the two would undo each other.
 FINAL_PASSES = (plain_numbers,)
 
 
 def improve(source: str, interesting: Callable[[str], bool], passes=PASSES) -> str:
-    """`source` rewritten by `passes`, one interesting candidate at a time, until none is."""
+    """`source` rewritten by `passes`, one interesting candidate at a time, until none is. A candidate
+    seen before is not tried again, so that two rewrites that undo each other cannot loop."""
+    seen = {source, _source(ast.parse(source))}
     changed = True
     while changed:
         changed = False
         for rewrite in passes:
             for candidate in rewrite(source):
-                if candidate != source and interesting(candidate):
-                    source, changed = candidate, True
-                    break
+                if candidate not in seen:
+                    seen.add(candidate)
+                    if interesting(candidate):
+                        source, changed = candidate, True
+                        break
+            if changed:
+                break  # from the first pass again: the cheaper rewrites first
     return source

@@ -7,6 +7,10 @@ codes of scripts `repro` exports (harness.core.outcomes: 3 known, 5 limitation) 
 anything else fail with the code and the script's last exception line. A process killed by a
 signal is a crash (named by the signal), one past its time limit a timeout, one that ran out of
 memory a crash saying so.
+
+`without_compile=True` runs the script with `torch.compile` replaced by the identity (WITHOUT_COMPILE):
+the script's own code, eagerly, which is how `reduce` tells a compile bug from a script that fails
+anyway where no torch row passes.
 """
 
 from __future__ import annotations
@@ -28,6 +32,23 @@ from harness.core.venvs import SessionError
 DEFAULT_TIMEOUT = float(limits.DEFAULT_TIME_LIMIT)
 TRACEBACK = "Traceback (most recent call last):"
 EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
+
+# torch.compile(fn, **options) returns fn, torch.compile(**options) a decorator returning fn; the rest
+# of torch as it is (torch.compiler.disable, nested_compile_region run eagerly). Not TORCHDYNAMO_DISABLE:
+# with Dynamo disabled, torch >= 2.13 makes fullgraph=True raise "found no compiled frames".
+WITHOUT_COMPILE = """
+import torch
+def _compile_as_identity(model=None, **options):
+    return model if model is not None else (lambda fn: fn)
+torch.compile = _compile_as_identity
+"""
+# A fresh run without compile: the patch, then the script as __main__ (as `python script.py` would).
+FRESH_WITHOUT_COMPILE = WITHOUT_COMPILE + """
+import os, runpy, sys
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(sys.argv[0])
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 
 @dataclasses.dataclass
@@ -98,16 +119,18 @@ def memory_limit_bytes(spec: str | None) -> int | None:
 
 
 def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEOUT, memory_limit: str | None = None,
-        cache_dir: os.PathLike | None = None) -> ScriptRun:
+        cache_dir: os.PathLike | None = None, without_compile: bool = False) -> ScriptRun:
     """Run `script` with `python` from an empty directory and classify the run. `cache_dir`: the
-    session venv whose compile caches (harness.core.sessions.compile_cache_env) the run shares."""
+    session venv whose compile caches (harness.core.sessions.compile_cache_env) the run shares;
+    `without_compile`: torch.compile replaced by the identity (WITHOUT_COMPILE)."""
     script = pathlib.Path(script).resolve()
     env = sessions.clean_env(**(sessions.compile_cache_env(cache_dir) if cache_dir else {}))
     env.pop("PYTHONPATH", None)  # a user's script runs as a user runs it: the harness is not on its path
     env["PYTHONFAULTHANDLER"] = "1"  # a crash in native code prints where it happened
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="harness-script-") as cwd:
-        process = subprocess.Popen([os.path.abspath(python), str(script)], cwd=cwd, env=env, stdout=subprocess.PIPE,
+        command = [os.path.abspath(python)] + (["-c", FRESH_WITHOUT_COMPILE] if without_compile else []) + [str(script)]
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True,
                                    preexec_fn=lambda limit=memory_limit_bytes(memory_limit): limits.limit_memory(limit))
         try:
@@ -163,6 +186,8 @@ for line in sys.stdin:
                 resource.setrlimit(resource.RLIMIT_DATA, (request["memory"], hard))
             sys.argv = [request["script"]]
             torch.manual_seed(0)
+            if request["without_compile"]:
+                exec(WITHOUT_COMPILE, {})
             try:
                 runpy.run_path(request["script"], run_name="__main__")
                 code = 0
@@ -209,7 +234,8 @@ class WarmRunner:
                               TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONFAULTHANDLER="1",
                               HARNESS_PRELOAD=",".join(preload))
         env.pop("PYTHONPATH", None)
-        self.process = subprocess.Popen([os.path.abspath(python), "-c", SERVER], cwd=self.workdir.name, env=env, text=True,
+        server = f"WITHOUT_COMPILE = {WITHOUT_COMPILE!r}\n{SERVER}"
+        self.process = subprocess.Popen([os.path.abspath(python), "-c", server], cwd=self.workdir.name, env=env, text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         ready = self.process.stdout.readline().strip()
         if not ready:
@@ -218,10 +244,11 @@ class WarmRunner:
         for what in json.loads(ready).get("passed_over", []):
             print(f"harness: the warm runner of {python} passed over {what}", file=sys.stderr, flush=True)
 
-    def run(self, script: os.PathLike, timeout: float = DEFAULT_TIMEOUT) -> ScriptRun:
+    def run(self, script: os.PathLike, timeout: float = DEFAULT_TIMEOUT, without_compile: bool = False) -> ScriptRun:
+        """`without_compile`: torch.compile replaced by the identity in the child (WITHOUT_COMPILE)."""
         output = pathlib.Path(self.workdir.name) / "output.txt"
         request = {"script": str(pathlib.Path(script).resolve()), "output": str(output), "timeout": timeout,
-                   "cwd": self.workdir.name, "memory": self.memory}
+                   "cwd": self.workdir.name, "memory": self.memory, "without_compile": without_compile}
         started = time.monotonic()
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
