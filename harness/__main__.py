@@ -191,6 +191,11 @@ def parser() -> argparse.ArgumentParser:
     red.add_argument("--no-build", action="store_true", help="use only environments that exist")
     red.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
     red.set_defaults(func=reduce)
+    exp = commands.add_parser("explore-summary", help="what an explore run found: its failing signatures, new "
+                              "ones first, with their shrunk examples")
+    exp.add_argument("dir", nargs="?", default=None, help="the run's results (default: the results dir's explore/)")
+    exp.add_argument("--session", default=None, help="only this session's results file")
+    exp.set_defaults(func=explore_summary)
     lit = commands.add_parser("lightning-newest", help="the newest Lightning that supports each torch row, from "
                               "the registry's metadata, against the table's `lightning_newest`")
     lit.add_argument("--write", action="store_true", help="record the resolved values in the table")
@@ -224,6 +229,21 @@ def missing_package(error: ModuleNotFoundError) -> str:
     return (f"missing package {package!r} (No module named {error.name!r}) in {sys.executable}: install the "
             f"project's dependencies with `python -m pip install -e '.[dev]'` in the checkout, "
             f"or `python -m pip install {package}`")
+
+
+def explore_summary(args) -> int:
+    """Prints (and appends to $GITHUB_STEP_SUMMARY) what an explore run found; 0 whatever it found."""
+    from harness.report import explore
+
+    folder = pathlib.Path(args.dir) if args.dir else paths.results_dir() / "explore"
+    environments, cells = explore.explored(explore.results_files(folder, args.session))
+    text = explore.markdown(environments, cells)
+    print(text)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    return 0
 
 
 def main(argv=None) -> int:

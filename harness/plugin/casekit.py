@@ -197,6 +197,7 @@ class CaseRun(Case):
         super().__init__(params.get("backend", "inductor"), bool(params.get("fullgraph", False)))
         self.params = params
         self.metrics: dict[str, Any] = {}
+        self.declared: list = []  # what the case declares for this torch (set by the harness's fixture)
 
     @contextlib.contextmanager
     def watch_compiles(self):

@@ -13,8 +13,10 @@ Two modes, read here and nowhere else:
   record lists every failing example; one failure is raised as it is, several as an
   ExceptionGroup (harness.core.outcomes classifies each: a failure no declaration matches wins).
 - explore (`HARNESS_EXPLORE=N`, `nox -s explore`): N examples from a fresh seed (or
-  `HARNESS_EXPLORE_SEED`), and hypothesis shrinks what fails; its exception is raised as hypothesis
-  reports it (the shrunk example's own, or a group of distinct ones).
+  `HARNESS_EXPLORE_SEED`), and hypothesis shrinks what fails, each error signature apart (an
+  `ExampleFailure` class per signature, raised from the example's own exception); it raises as
+  hypothesis reports it (one shrunk failure, or a group of distinct ones), and the record lists
+  the shrunk example of each signature with how the case's declarations classify it.
 
 The record (`metrics.property`) carries the mode, the seed, how many examples ran and each failing
 example: its program (source), figures and error.
@@ -22,6 +24,7 @@ example: its program (source), figures and error.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -107,13 +110,21 @@ def failure_class(signature: str) -> type:
 def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
     """Run `check(program)` for each program drawn from `strategy` (and each of `pinned`), as the mode
     says. `about`: what the record should say of the program space (the ops this torch offers, say).
-    A check that records `op_class` has each example counted by it (`examples_by_class`)."""
+    A check that records `op_class` has each example counted by it (`examples_by_class`).
+
+    Explore mode runs hypothesis in rounds, each from the next seed, until the run has used its N
+    examples: a round ends at its first new failure, which hypothesis then shrinks; later rounds
+    pass over failures of a signature already shrunk, and over known ones (what the case declares
+    for this torch), recording them, so that one bug does not end the exploration. The pinned
+    examples are the table's: explore draws afresh."""
     summary, settings, seed = mode_settings(name, case.backend)
     summary.update(about or {})
     table = summary["mode"] == "table"
+    declared = getattr(case, "declared", [])
     failures: list[tuple[object, BaseException, dict]] = []
-    # explore: the last (hypothesis replays its shrunk example last) failing example of each signature
+    # explore: the last failing example of each signature (hypothesis replays its shrunk one last)
     shrunk: dict[str, tuple[object, BaseException, dict]] = {}
+    settled: set[str] = set()  # explore: signatures shrunk in an earlier round, or known
     ran = []
     by_class: dict[str, int] = {}
 
@@ -127,34 +138,71 @@ def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
             raise
         except Exception as exc:
             failures.append((program, exc, dict(case.metrics)))
-            if not table:  # hypothesis shrinks it, apart from failures of other signatures
-                signature = signature_of(exc)
-                shrunk[signature] = failures[-1]
-                raise failure_class(signature)(error_line(exc)) from exc
+            if table:
+                return
+            signature = signature_of(exc)
+            shrunk[signature] = failures[-1]
+            if signature not in settled and outcomes.classify_exception(exc, declared)[0] == "fail":
+                raise failure_class(signature)(error_line(exc)) from exc  # hypothesis shrinks it
+            settled.add(signature)
         finally:
             if "op_class" in case.metrics:  # judged, passing or failing (not an example hypothesis rejected)
                 by_class[case.metrics["op_class"]] = by_class.get(case.metrics["op_class"], 0) + 1
 
-    test = hypothesis.given(program=strategy)(run)
-    for program in reversed(list(pinned)):
-        test = hypothesis.example(program=program)(test)
-    test = hypothesis.seed(seed)(settings(test))
+    errors: list[BaseException] = []
     try:
-        test()
+        if table:
+            test = hypothesis.given(program=strategy)(run)
+            for program in reversed(list(pinned)):
+                test = hypothesis.example(program=program)(test)
+            hypothesis.seed(seed)(settings(test))()
+        else:
+            for round_seed in itertools.count(seed):  # each round draws what is left of the budget
+                left = hypothesis.settings(settings, max_examples=max(1, summary["max_examples"] - len(ran)))
+                found = explore_round(strategy, run, left, round_seed)
+                if found is None or len(ran) >= summary["max_examples"]:
+                    break
+                errors.append(found)
+                settled.update(failure.signature for failure in failed_examples(found))
     except BaseException as exc:
         summary["hypothesis_notes"] = [n for n in getattr(exc, "__notes__", []) if n.strip()][:6]
         raise
     finally:
         kept = failures[-KEPT_FAILURES:] if table else list(shrunk.values())[-KEPT_SIGNATURES:]
-        summary.update(examples_run=len(ran), pinned=len(pinned), examples_failed=len(failures),
+        summary.update(examples_run=len(ran), pinned=len(pinned) if table else 0, examples_failed=len(failures),
                        **({"examples_by_class": by_class} if by_class else {}),
-                       failing_examples=[{"program": getattr(p, "source", repr(p)), "figures": repr(p), "metrics": m,
-                                          "error": error_line(e), "signature": signature_of(e)} for p, e, m in kept])
-        if not table and ran:
-            summary["last_example"] = getattr(ran[-1], "source", repr(ran[-1]))  # hypothesis replays the shrunk one last
+                       failing_examples=[described(p, e, m, declared) for p, e, m in kept])
         case.record(property=json.loads(json.dumps(summary, default=repr)))  # what a record can carry
-    if failures:
+    if table and failures:
         raise_failures([e for _, e, _ in failures], summary)
+    if not table and (errors or failures):  # the new failures, shrunk; else the known ones
+        raise_failures(errors or [e for _, e, _ in failures], summary)
+
+
+def explore_round(strategy, run, settings, seed) -> BaseException | None:
+    """One round of explore mode: hypothesis from `seed`; the failure it raised (shrunk), if any."""
+    try:
+        hypothesis.seed(seed)(settings(hypothesis.given(program=strategy)(run)))()
+    except hypothesis.errors.HypothesisException:
+        raise
+    except Exception as exc:
+        if not failed_examples(exc):
+            raise
+        return exc
+    return None
+
+
+def failed_examples(exc: BaseException) -> list[ExampleFailure]:
+    """The ExampleFailures hypothesis raised: one, or a group of distinct ones."""
+    return [leaf for leaf in outcomes.leaf_exceptions(exc) if isinstance(leaf, ExampleFailure)]
+
+
+def described(program, exc: BaseException, metrics: dict, declared: list) -> dict:
+    """What a record lists of a failing example: its program, figures, error and signature, and how
+    the case's declarations for this torch classify it (`known` with its reference, or `fail`: new)."""
+    outcome, reference = outcomes.classify_exception(exc, declared)
+    return {"program": getattr(program, "source", repr(program)), "figures": repr(program), "metrics": metrics,
+            "error": error_line(exc), "signature": signature_of(exc), "outcome": outcome, "reference": reference}
 
 
 def raise_failures(errors: list[BaseException], summary: dict) -> None:

@@ -36,7 +36,10 @@ def case(request):
     """The running case: `case.check(fn, *inputs)` compares eager and compiled runs."""
     from harness.plugin.casekit import CaseRun
 
+    import torch
+
     run = CaseRun(case_identity(request.node)["params"])
+    run.declared = outcomes.declared_for(request.node, torch.__version__)  # a property classifies each example
     request.node.stash[CASE_RUN] = run
     return run
 
