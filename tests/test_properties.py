@@ -54,11 +54,53 @@ def test_table_runs_every_example_and_groups_distinct_failures(monkeypatch):
     assert outcomes.classify_exception(exc, [both]) == ("known", "ref#1")
 
 
+def explored(monkeypatch, fails, declared=(), explore_n=60):
+    """An explore run over 0..1000 in which `fails(n)` names the failure of n (None: it passes)."""
+    monkeypatch.setenv(properties.EXPLORE_ENV, str(explore_n))
+    monkeypatch.setenv(properties.SEED_ENV, "7")
+    case, seen = FakeCase(), []
+    case.declared = list(declared)
+
+    def check(n):
+        seen.append(n)
+        if fails(n):
+            raise AssertionError(fails(n))
+    with pytest.raises(BaseException) as raised:
+        properties.explore(case, "demo", st.integers(0, 1000), check, pinned=[999])
+    return seen, case.metrics["property"], raised.value
+
+
 def test_explore_shrinks_and_records_the_seed(monkeypatch):
-    seen, summary, exc = drawn(monkeypatch, explore_n=50, fails=lambda n: n >= 10)
-    assert isinstance(exc, AssertionError) and summary["mode"] == "explore" and summary["seed"] == 7
-    assert summary["last_example"] == "10"  # hypothesis shrank to the smallest failing example
+    seen, summary, exc = explored(monkeypatch, lambda n: "too big" if n >= 10 else None)
+    leaf, = outcomes.leaf_exceptions(exc)
+    assert isinstance(leaf, properties.ExampleFailure) and isinstance(leaf.__cause__, AssertionError)
+    assert summary["mode"] == "explore" and summary["seed"] == 7 and 999 not in seen  # pinned: the table's
+    shrunk, = summary["failing_examples"]
+    assert shrunk["program"] == "10" and shrunk["outcome"] == "fail"  # hypothesis shrank to the smallest
+    assert shrunk["signature"] == "AssertionError: too big"
     assert any("reproduce_failure" in note for note in summary["hypothesis_notes"])
+
+
+def test_explore_shrinks_each_signature_apart(monkeypatch):
+    # Two bugs raise from the same line: hypothesis would take them for one and shrink one of them.
+    def fails(n):
+        return None if n < 10 else ("an even one" if n % 2 == 0 else "an odd one")
+    seen, summary, exc = explored(monkeypatch, fails)
+    found = {e["signature"]: e["program"] for e in summary["failing_examples"]}
+    assert found == {"AssertionError: an even one": "10", "AssertionError: an odd one": "11"}
+    assert {leaf.signature for leaf in outcomes.leaf_exceptions(exc)} == set(found)
+
+
+def test_explore_goes_on_past_known_failures(monkeypatch):
+    # A declared bug must not end the exploration: the new one behind it is found and shrunk.
+    known = outcomes.Expected("known", "ref#1", ("AssertionError",), "a known one")
+    seen, summary, exc = explored(monkeypatch, lambda n: "a known one" if n < 500 else "a new one", declared=[known])
+    by_signature = {e["signature"]: e for e in summary["failing_examples"]}
+    assert by_signature["AssertionError: a new one"]["program"] == "500"
+    assert by_signature["AssertionError: a known one"]["outcome"] == "known"
+    assert by_signature["AssertionError: a known one"]["reference"] == "ref#1"
+    assert outcomes.classify_exception(exc, [known]) == ("fail", None)  # the new one decides the cell
+    assert summary["examples_run"] <= 60 + 200  # the budget, and hypothesis's shrinking on top
 
 
 def test_a_wrong_explore_value_is_an_error(monkeypatch):

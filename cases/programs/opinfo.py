@@ -122,6 +122,8 @@ def _survey_file() -> dict:
             tail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
             return {"error": f"the op_db survey failed: {tail}"[:300]}
         text = out.read_text()
+    if json.loads(text).get("error"):  # not kept: a missing dependency installed later must be seen
+        return json.loads(text)
     for folder in (pathlib.Path(sys.prefix), pathlib.Path(tempfile.gettempdir())):
         try:  # written whole, then renamed: another process may be writing it too
             partial = folder / f"{name}.{os.getpid()}"

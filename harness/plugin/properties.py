@@ -141,8 +141,11 @@ def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
             if table:
                 return
             signature = signature_of(exc)
+            if signature in settled:  # its example is kept: shrunk, or the first of a known failure
+                shrunk.setdefault(signature, failures[-1])
+                return
             shrunk[signature] = failures[-1]
-            if signature not in settled and outcomes.classify_exception(exc, declared)[0] == "fail":
+            if outcomes.classify_exception(exc, declared)[0] == "fail":
                 raise failure_class(signature)(error_line(exc)) from exc  # hypothesis shrinks it
             settled.add(signature)
         finally:
@@ -164,6 +167,7 @@ def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
                     break
                 errors.append(found)
                 settled.update(failure.signature for failure in failed_examples(found))
+                summary.setdefault("hypothesis_notes", [n for n in getattr(found, "__notes__", []) if n.strip()][:6])
     except BaseException as exc:
         summary["hypothesis_notes"] = [n for n in getattr(exc, "__notes__", []) if n.strip()][:6]
         raise
