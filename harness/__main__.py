@@ -193,7 +193,8 @@ def parser() -> argparse.ArgumentParser:
     red.set_defaults(func=reduce)
     exp = commands.add_parser("explore-summary", help="what an explore run found: its failing signatures, new "
                               "ones first, with their shrunk examples")
-    exp.add_argument("dir", nargs="?", default=None, help="the run's results (default: the results dir's explore/)")
+    exp.add_argument("dirs", nargs="*", metavar="DIR", help="the run's results (default: the results dir's explore/); "
+                     "several: the findings of them all, grouped")
     exp.add_argument("--session", default=None, help="only this session's results file")
     exp.set_defaults(func=explore_summary)
     lit = commands.add_parser("lightning-newest", help="the newest Lightning that supports each torch row, from "
@@ -235,8 +236,8 @@ def explore_summary(args) -> int:
     """Prints (and appends to $GITHUB_STEP_SUMMARY) what an explore run found; 0 whatever it found."""
     from harness.report import explore
 
-    folder = pathlib.Path(args.dir) if args.dir else paths.results_dir() / "explore"
-    environments, cells = explore.explored(explore.results_files(folder, args.session))
+    folders = [pathlib.Path(d) for d in args.dirs] or [paths.results_dir() / "explore"]
+    environments, cells = explore.explored([f for folder in folders for f in explore.results_files(folder, args.session)])
     text = explore.markdown(environments, cells)
     print(text)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")

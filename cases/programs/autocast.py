@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from torch.utils.checkpoint import checkpoint
 
 from programs.op_programs import ContextOpProgram, common_knobs
+from programs.opcall import on_copies
 from programs.opinfo import DEFAULT_TOLERANCES
 
 # What the body does after its matmul; "mm_fp32": a matmul with autocast disabled (float32 inside).
@@ -119,7 +120,8 @@ class AutocastOpProgram(ContextOpProgram):
 def autocast_op_programs(calls, device):
     def knobs(checkpointed):
         return st.builds(
-            AutocastOpProgram, **common_knobs(calls, device, side_effects=not checkpointed),
+            AutocastOpProgram, **common_knobs(calls.map(on_copies) if checkpointed else calls, device,
+                                              side_effects=not checkpointed),
             autocast_dtype=st.sampled_from(("bfloat16",) if device == "cpu" else ("float16", "bfloat16")),
             enabled=st.booleans(), cache_enabled=st.booleans(), nested=st.sampled_from(NESTED),
             context_at=st.sampled_from(AUTOCAST_OP_AT), checkpointed=st.just(checkpointed))

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from torch.utils.checkpoint import checkpoint
 
 from programs.op_programs import OpProgram, common_knobs
+from programs.opcall import on_copies
 
 # What the checkpointed body does after its first matmul (w: 8x8, an input of the program too).
 CKPT_OPS = {"sigmoid": "torch.sigmoid(y)", "sin": "torch.sin(y)", "relu": "torch.relu(y)", "mm": "y @ w",
@@ -118,7 +119,7 @@ def checkpoint_op_programs(calls, device):
     def draw(draw):
         use_reentrant = draw(st.booleans())
         return CheckpointOpProgram(
-            **{name: draw(knob) for name, knob in common_knobs(calls, device, side_effects=False).items()},
+            **{name: draw(knob) for name, knob in common_knobs(calls.map(on_copies), device, False).items()},
             use_reentrant=use_reentrant, preserve_rng_state=draw(st.booleans()),
             context_fn="none" if use_reentrant else draw(st.sampled_from(CONTEXT_FNS)), nesting=draw(st.integers(1, 2)))
     return draw()

@@ -126,7 +126,7 @@ class OpProgram:
         classes = self.call.entry().classes
         if "random" in classes:
             return "random"
-        if self.call.variant == "inplace":
+        if self.call.variant != "function":
             return "inplace"
         return next(c for c in ("view", "reduction", "dtype_changing", "other") if c in classes)
 

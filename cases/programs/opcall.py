@@ -17,13 +17,15 @@ import torch
 
 from programs.opinfo import OP_CLASSES, catalogue, drawable, in_place_method, samples_of
 
-VARIANTS = ("function", "inplace")
+# How the op is called: through its public name, or its in-place method on the first input (the
+# program mutates its input: AOTAutograd's input mutations) or on a copy of it (a mutation inside).
+VARIANTS = ("function", "inplace", "inplace_copy")
 PASSABLE = (bool, int, float)  # non-tensor arguments a program may take as parameters
 
 
 @dataclasses.dataclass(frozen=True)
 class OpCall:
-    """An op of the catalogue, its `sample`-th small sample, called as a function or in place.
+    """An op of the catalogue, its `sample`-th small sample, called as `variant` says (VARIANTS).
     `passed`: the sample's numbers and flags are parameters of the program, not literals in its
     call (what Dynamo guards on, or makes symbolic); `then`: a second sample the same program is
     called with afterwards (another shape or argument: a recompile, or dynamic shapes), where its
@@ -86,8 +88,9 @@ class OpCall:
 
         first = code(sample.input)
         args = [code(a) for a in sample.args] + [f"{k}={code(v)}" for k, v in sample.kwargs.items()]
-        if self.variant == "inplace":
-            call = f"{first}.{in_place_method(self.entry().opinfo)}({', '.join(args)})"
+        if self.variant in ("inplace", "inplace_copy"):
+            target = f"{first}.clone()" if self.variant == "inplace_copy" else first
+            call = f"{target}.{in_place_method(self.entry().opinfo)}({', '.join(args)})"
         else:
             call = f"{self.entry().path}({', '.join([first, *args])})"
         return call, parameters
@@ -157,7 +160,13 @@ def op_calls(classes=OP_CLASSES):
             else "float32"
         in_place = op_class == "inplace" or entry.path is None  # some ops are only an in-place method
         call = OpCall(name, variant, draw(st.integers(0, entry.samples - 1)),
-                      "inplace" if in_place else "function", dtype, draw(st.booleans()))
+                      draw(st.sampled_from(VARIANTS[1:])) if in_place else "function", dtype, draw(st.booleans()))
         alike = call.calls_alike()
         return dataclasses.replace(call, then=draw(st.none() | st.sampled_from(alike)) if alike else None)
     return draw()
+
+
+def on_copies(call: OpCall) -> OpCall:
+    """The call with an in-place op applied to a copy of its input: inside a checkpoint, a mutated
+    input is what the recompute would see (eager raises, or differs, by design)."""
+    return dataclasses.replace(call, variant="inplace_copy") if call.variant == "inplace" else call
