@@ -335,6 +335,9 @@ OP_CALLS = op_calls()  # this torch's op_db, read at collection: once per worker
 # bug runs into it (else a cell whose drawn examples missed it would say "fixed").
 PINNED_CHECKPOINT_OP = [
     CheckpointOpProgram(OpCall("sin"), context_fn="noop"),  # NVIDIA/TransformerEngine#890
+    # Found here (README, "Found here"): a random op checkpointed where nothing needs a gradient, an
+    # inference graph, fails to compile with aot_eager and inductor from 2.13.
+    CheckpointOpProgram(OpCall("rand_like", dtype="float64")),
 ]
 
 

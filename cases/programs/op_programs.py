@@ -61,15 +61,19 @@ AGREE = '''\
 for inputs in SAMPLES:
     expected = run(fn, inputs)
     for call in ("first", "second"):
-        torch.testing.assert_close(run(compiled, inputs), expected, equal_nan=True{tolerances},
-                                   msg=lambda m: f"compiled against eager, {{call}} call: {{m}}")
+        try:
+            torch.testing.assert_close(run(compiled, inputs), expected, equal_nan=True{tolerances})
+        except AssertionError as error:
+            raise AssertionError(f"compiled against eager, {{call}} call: {{error}}") from None
 '''
 
 CONSISTENT = '''\
 for inputs in SAMPLES:
     first = run(compiled, inputs, seed=0)
-    torch.testing.assert_close(run(compiled, inputs, seed=0), first, rtol=0, atol=0, equal_nan=True,
-                               msg=lambda m: f"the same seed twice: {{m}}")
+    try:
+        torch.testing.assert_close(run(compiled, inputs, seed=0), first, rtol=0, atol=0, equal_nan=True)
+    except AssertionError as error:
+        raise AssertionError(f"the same seed twice: {{error}}") from None
 # The gradient agrees with the forward's own draw: along a direction, against a central difference.
 inputs, first = SAMPLES[0], run(compiled, SAMPLES[0], seed=0)
 directions = [torch.randn_like(x) if torch.is_tensor(x) and x.requires_grad else None for x in inputs]
@@ -82,8 +86,10 @@ if first["gradients"]:
     slope = (loss_at(1e-6) - loss_at(-1e-6)) / 2e-6
     along = sum((g * d).sum() for g, d in zip(first["gradients"], [d for d in directions if d is not None])
                 if g is not None)
-    torch.testing.assert_close(along, slope.detach(), rtol=1e-4, atol=1e-6,
-                               msg=lambda m: f"the gradient does not agree with the forward's own draw: {{m}}")
+    try:
+        torch.testing.assert_close(along, slope.detach(), rtol=1e-4, atol=1e-6)
+    except AssertionError as error:
+        raise AssertionError(f"the gradient does not agree with the forward's own draw: {{error}}") from None
 '''
 
 
