@@ -109,7 +109,9 @@ def bug_signature(exc_type: str, message: str | None) -> str:
     """The exception type (its class name) and its message's first line with numbers, addresses and
     paths taken out: two failures with one signature fail the same way (the report groups cases
     by it; explore shrinks one example per signature)."""
-    line = (message or "").strip().splitlines()[0] if (message or "").strip() else ""
+    lines = [line.strip() for line in (message or "").strip().splitlines() if line.strip()]
+    # A first line that only announces what follows ("backend='inductor' raised:") takes the next.
+    line = f"{lines[0]} {lines[1]}" if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
     for pattern, replacement in NORMALISE:
         line = pattern.sub(replacement, line)
     if len(line) > SIGNATURE_CHARACTERS:
