@@ -177,6 +177,8 @@ def parser() -> argparse.ArgumentParser:
     swp.add_argument("--memory-limit", metavar="SIZE", help="data memory of the script: N%% of this machine's or "
                      "a size (8G); 0 for none (default $HARNESS_MEMORY_LIMIT or 75%%, as sessions)")
     swp.add_argument("--out", metavar="PATH", help="the version table, Markdown (default results/sweep/SCRIPT.md)")
+    swp.add_argument("--issue", action="store_true", help="also write the issue in PyTorch's bug template beside "
+                     "the table (.issue.md): versions, output and collect_env of the newest failing one")
     swp.set_defaults(func=sweep)
     red = commands.add_parser("reduce", help="the smallest plain-torch script that still shows a case's bug")
     red.add_argument("case", metavar="CASE_ID", nargs="?")

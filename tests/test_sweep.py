@@ -90,3 +90,19 @@ def test_sweep_along_lightning_of_an_unknown_row_is_one_line(tmp_path):
     done = harness("sweep", str(script), "--along", "lightning", "--torch", "1.13", "--envdir", str(tmp_path / "envs"))
     assert done.returncode == 2 and done.stderr == "error: --torch 1.13 names no cpu row of the matrix\n", done.stderr
     assert not (tmp_path / "envs").exists()
+
+
+def test_sweep_writes_the_issue_in_pytorchs_bug_template(tmp_path):
+    # The copy.copy bug fails on 2.14 and 2.15 alike and passes nowhere: the expectation is what the
+    # script does with torch.compile the identity (it runs).
+    script = tmp_path / "copy_under_mode.py"
+    script.write_text('"""copy.copy of a tensor in compiled code under a TorchFunctionMode raises"""\n' + USER_SCRIPT)
+    table = tmp_path / "table.md"
+    done = harness("sweep", str(script), "--from", "2.14", "--to", "2.15", "--out", str(table), "--issue")
+    assert done.returncode == 0, done.stdout + done.stderr
+    issue = (tmp_path / "table.issue.md").read_text()
+    assert issue.startswith("**Title:** copy.copy of a tensor in compiled code under a TorchFunctionMode raises")
+    assert "### 🐛 Describe the bug" in issue and "### Versions" in issue and "PyTorch version: 2.15.0" in issue
+    assert "Fails on torch 2.14.1, 2.15.0. The first version it fails on: 2.14.1." in issue
+    assert "torch.compile replaced by the identity (plain eager) on torch 2.15.0: pass" in issue
+    assert "AttributeError: 'NoneType' object has no attribute 'type'" in issue

@@ -37,6 +37,34 @@ def table(script: pathlib.Path, rows: list[tuple[Target, scriptrun.ScriptRun | N
     return "\n".join(lines + ([""] + changes if changes else [])) + "\n"
 
 
+def write_issue(script: pathlib.Path, rows: list, out: pathlib.Path) -> None:
+    """The sweep as an issue in PyTorch's bug template: the versions it fails and passes on, its output
+    and collect_env on the newest failing one, and what it gives there without torch.compile (the
+    expectation where no version passes)."""
+    from harness.tools.repro.command import collect_env
+    from harness.tools.repro.issue import pytorch_bug_issue, script_title
+
+    ran = [(t, r) for t, r in rows if r is not None]
+    failed = [(t, r) for t, r in ran if r.outcome not in ("pass", "skip")]
+    if not failed:
+        print(f"no issue written: {script.name} fails on no version", file=sys.stderr)
+        return
+    newest, result = failed[-1]
+    # The versions that fail the newest one's way (an older torch may lack an API the script calls)
+    failing = [(t, r) for t, r in failed if r.exception == result.exception]
+    passing = [t.version for t, r in ran if r.outcome == "pass"]
+    otherwise = [f"{t.version} ({r.message[:80]})" for t, r in failed if r.exception != result.exception]
+    eager = scriptrun.run(newest.python, script, without_compile=True, cache_dir=newest.python.parent.parent)
+    expected = (f"what torch {', '.join(passing)} gives: the script runs without error" if passing else
+                "what the same script gives with torch.compile replaced by the identity (plain eager) on torch "
+                f"{newest.version}: {eager.outcome}" + ("" if eager.outcome == "pass" else f" ({eager.message[:200]})"))
+    text = pytorch_bug_issue(script_title(script.read_text(), f"torch.compile: {script.stem} fails"), script.name,
+                             script.read_text(), [(t.version, r.message) for t, r in failing], passing, expected,
+                             result.output, collect_env(newest.python), otherwise)
+    records.write_atomically(out, text)
+    print(f"wrote {out}", file=sys.stderr)
+
+
 def default_out(script: pathlib.Path) -> pathlib.Path:
     return paths.results_dir() / "sweep" / f"{script.stem}.md"
 
@@ -66,6 +94,8 @@ def command(args) -> int:
     records.write_atomically(out, text)
     print(text, end="")
     print(f"wrote {out}", file=sys.stderr)
+    if args.issue:
+        write_issue(script, rows, out.with_suffix(".issue.md"))
     if all(result is None for _, result in rows):
         print("error: the script ran on no version (no environment built; drop --no-build to build them)",
               file=sys.stderr)

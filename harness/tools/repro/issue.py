@@ -102,3 +102,41 @@ def issue_markdown(info: dict, text: str, path: pathlib.Path, result: dict, envi
               "feature does under torch.compile what it does eagerly (the script's asserts).", "",
               "<details><summary>collect_env</summary>", "", _fence(environment), "", "</details>", ""]
     return "\n".join(lines)
+
+
+# --- a finding's issue, in PyTorch's bug template ------------------------------------------------------------
+
+def script_title(script_text: str, fallback: str) -> str:
+    """The script's own summary: its docstring's first line, or its first comment line."""
+    try:
+        docstring = ast.get_docstring(ast.parse(script_text)) or ""
+    except SyntaxError:
+        docstring = ""
+    comment = next((line.lstrip("# ").strip() for line in script_text.splitlines() if line.startswith("#")
+                    and not line.startswith("#!")), "")
+    return (docstring.strip().splitlines() or [comment or fallback])[0]
+
+
+def pytorch_bug_issue(title: str, script_name: str, script_text: str, failing: list[tuple[str, str]],
+                      passing: list[str], expected: str, output: str, environment: str,
+                      otherwise: list[str] = ()) -> str:
+    """The text to paste into PyTorch's bug template (🐛 Describe the bug, Versions): what fails, on
+    which versions (from a sweep: `failing` as (version, error line), `passing` versions, `otherwise`
+    the versions that fail another way), the script, its output on the newest failing version, what
+    was expected, and `collect_env` of that version."""
+    error = failing[-1][1] if failing else ""
+    lines = [f"**Title:** {title}", "", "### 🐛 Describe the bug", "",
+             f"{title}." if not title.endswith(".") else title, ""]
+    if failing:
+        first = failing[0][0]
+        lines.append(f"Fails on torch {', '.join(v for v, _ in failing)}" + (f"; passes on {', '.join(passing)}" if passing
+                                                                            else "") + f". The first version it fails on: {first}."
+                     + (f" Fails otherwise on {'; '.join(otherwise)}." if otherwise else ""))
+        lines.append("")
+    lines += [f"Reproduction (`python {script_name}`, needs only torch):", "", _fence(script_text, "python"), "",
+              f"Output (torch {failing[-1][0] if failing else '?'}):", "", _fence(_shorten(output, head=3, tail=25)), "",
+              f"Expected: {expected}", ""]
+    if error:
+        lines += [f"Error: `{error[:300]}`", ""]
+    lines += ["### Versions", "", _fence(environment), ""]
+    return "\n".join(lines)
