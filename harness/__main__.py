@@ -176,6 +176,8 @@ def parser() -> argparse.ArgumentParser:
     swp.add_argument("--timeout", type=float, default=600.0, help="seconds per run (default 600): then `timeout`")
     swp.add_argument("--memory-limit", metavar="SIZE", help="data memory of the script: N%% of this machine's or "
                      "a size (8G); 0 for none (default $HARNESS_MEMORY_LIMIT or 75%%, as sessions)")
+    swp.add_argument("--env", action="append", default=[], metavar="VERSION=PYTHON",
+                     help="run in these interpreters instead of the matrix's venvs (repeatable): a torch-only venv, say")
     swp.add_argument("--out", metavar="PATH", help="the version table, Markdown (default results/sweep/SCRIPT.md)")
     swp.add_argument("--issue", action="store_true", help="also write the issue in PyTorch's bug template beside "
                      "the table (.issue.md): versions, output and collect_env of the newest failing one")
