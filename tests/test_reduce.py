@@ -164,21 +164,67 @@ def _file(source, folder=[]):
     return path
 
 
-@pytest.mark.slow
-def test_a_real_reduction_in_the_session_venv(tmp_path):
+def _reduce_script(tmp_path, source, *extra):
     script = tmp_path / "user_bug.py"
-    noise = "import json\nSETTINGS = json.loads('{\"lr\": 0.1}')\nprint('settings', SETTINGS)\n"
-    script.write_text(noise + USER_SCRIPT + "print('never reached')\n")
+    script.write_text(source)
     out = tmp_path / "reduced.py"
     done = subprocess.run([sys.executable, "-m", "harness", "reduce", "--script", str(script), "--session",
-                           "cpu_torch215", "--time-limit", "300", "--out", str(out)], cwd=ROOT, capture_output=True,
+                           "cpu_torch215", "--no-build", "--out", str(out), *extra], cwd=ROOT, capture_output=True,
                           text=True, timeout=1800, env=sessions.clean_env())
+    return done, script, out
+
+
+@pytest.mark.slow
+def test_a_real_reduction_in_the_session_venv(tmp_path):
+    noise = "import json\nSETTINGS = json.loads('{\"lr\": 0.1}')\nprint('settings', SETTINGS)\n"
+    done, script, out = _reduce_script(tmp_path, noise + USER_SCRIPT + "print('never reached')\n",
+                                       "--time-limit", "300")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     reduced = out.read_text()
     assert reduce.line_count(reduced) < reduce.line_count(script.read_text())  # the header line included
     assert "SETTINGS" not in reduced and "never reached" not in reduced
     assert "copy.copy" in reduced
     assert "cpu_torch215: fail (exit 1) AttributeError: 'NoneType' object has no attribute 'type'" in done.stdout
+    assert "cpu_torch215 without torch.compile: pass (exit 0)" in done.stdout  # no --passing: the differential check
+
+
+# A compile-only failure planted in a backend, among lines that do not matter; without torch.compile it runs.
+PLANTED = textwrap.dedent("""\
+    import json
+    import torch
+    SETTINGS = json.loads('{"scale": 0.5}')
+    print('settings', SETTINGS)
+
+    def refuse(gm, example_inputs):
+        raise RuntimeError('planted: this backend refuses every graph')
+
+    def f(x):
+        y = torch.sin(x) * SETTINGS['scale']
+        return y + 1
+
+    print(torch.compile(f, backend=refuse)(torch.ones(3, 4)))
+    """)
+
+
+def test_the_differential_check_reduces_a_compile_only_failure(tmp_path):
+    done, script, out = _reduce_script(tmp_path, PLANTED, "--time-limit", "120")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "the check: it passes on cpu_torch215 with torch.compile replaced by the identity" in done.stderr
+    reduced = out.read_text()
+    assert reduced.splitlines()[0].endswith("fails on cpu_torch215, passes there without torch.compile.")
+    assert "SETTINGS" not in reduced and "print" not in reduced and "planted" in reduced
+    assert not reduce_tensors.zero_size(reduced)  # the reducer shrinks 3 towards 0: a zero size is refused
+    assert reduce.line_count(reduced) <= 6, reduced
+    assert "cpu_torch215: fail (exit 1) torch._dynamo.exc.BackendCompilerFailed" in done.stdout
+    assert "cpu_torch215 without torch.compile: pass (exit 0)" in done.stdout
+
+
+def test_a_script_that_fails_without_compile_too_is_refused(tmp_path):
+    fails_anyway = PLANTED.replace("backend=refuse", "backend='eager'") + "raise RuntimeError('not the compile')\n"
+    done, _, out = _reduce_script(tmp_path, fails_anyway)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert "does not show a compile bug: it fails without torch.compile too" in done.stderr.splitlines()[-1]
+    assert not out.exists()
 
 
 def test_tidy_drops_the_constants_the_reducer_leaves():
@@ -188,3 +234,16 @@ def test_tidy_drops_the_constants_the_reducer_leaves():
 def test_the_warm_runners_preload_what_the_script_imports():
     source = "import torch, math\nfrom torch.utils.checkpoint import checkpoint\nfrom . import x\nneed('lightning.fabric.X')\n"
     assert reduce.imported_modules(source) == ["lightning.fabric", "math", "torch", "torch.utils.checkpoint"]
+
+
+def test_a_wrapped_failure_keeps_its_cause_in_the_pattern():
+    output = ("Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
+              "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n"
+              "RuntimeError: does not support RNG ops in recompute regions\n\nSet TORCHDYNAMO_VERBOSE=1\n")
+    signature = reduce.script_signature(scriptrun.classify(1, output, 0.0))
+    assert signature.exception == "BackendCompilerFailed"
+    assert signature.shown_by(scriptrun.classify(1, output, 0.0))
+    other = output.replace("does not support RNG ops in recompute regions", "some other inductor failure")
+    assert not signature.shown_by(scriptrun.classify(1, other, 0.0))  # the cause, not the wrapper, is the bug
+    plain = reduce.script_signature(scriptrun.classify(1, output.replace(" raised:\n", " raised: x\n"), 0.0))
+    assert plain.pattern == r"backend='inductor'\ raised:\ x"

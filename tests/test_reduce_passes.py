@@ -210,6 +210,10 @@ def test_aliases_and_single_uses_are_put_in_place():
     assert list(reduce_names.inline_aliases(declared)) == []
     single = "compiled = make(f)\ny = 2\nout = compiled(y)\n"
     assert first(reduce_names.inline_single_use(single)) == "y = 2\nout = make(f)(y)\n"
+    attribute = "Case.compared = (a, b)\nfor x in zip(k, *Case.compared):\n    g(x)\n"
+    assert first(reduce_names.inline_single_use(attribute)) == "for x in zip(k, *(a, b)):\n    g(x)\n"
+    header = "runs = [make(f)]\nfor r in runs:\n    g(r)\n"  # a loop's header is read once
+    assert first(reduce_names.inline_single_use(header)) == "for r in [make(f)]:\n    g(r)\n"
     looped = "compiled = make(f)\nfor y in range(3):\n    compiled(y)\n"  # read in a loop: left alone
     assert list(reduce_names.inline_single_use(looped)) == []
     long = f"compiled = make({'a' * 90})\nout = compiled(y)\n"  # past LINE_LENGTH: left alone
@@ -222,6 +226,9 @@ def test_literals_are_said_plainly():
     assert first(reduce_passes.fold_literals("f(x, *(a, b))\n")) == "f(x, a, b)\n"
     assert first(reduce_passes.fold_literals("for i in range(1):\n    f(i)\n")) == "i = 0\nf(i)\n"
     assert first(reduce_passes.fold_literals("r = [f(x) for _ in range(1)]\n")) == "r = [f(x)]\n"
+    assert first(reduce_passes.fold_literals("with (lambda: Mode())():\n    f()\n")) == "with Mode():\n    f()\n"
+    assert first(reduce_passes.fold_literals("for r in [f(1)]:\n    g(r)\n")) == "r = f(1)\ng(r)\n"
+    assert list(reduce_passes.fold_literals("h = (lambda x: x)(1)\nfor r in [1, 2]:\n    g(r)\n")) == []
     assert list(reduce_passes.fold_literals("for i in range(1):\n    break\nr = [i for i in range(1)]\n")) == []
 
 
@@ -268,6 +275,8 @@ def test_names_in_a_function_are_put_where_they_are_read():
     # a value read in a `with` block is read once: it may move there; a parameter rebound is not an alias
     moved = "def step(f):\n    out = f(1)\n    with log():\n        out.backward()\n"
     assert first(reduce_names.inline_single_use(moved)) == "def step(f):\n    with log():\n        f(1).backward()\n"
+    made_per_call = "x = make(8)\ndef step(f):\n    return f(x)\nr = step(g)\n"
+    assert first(reduce_names.inline_single_use(made_per_call)) == "def step(f):\n    return f(make(8))\nr = step(g)\n"
     rebound = "def f(x):\n    y = x\n    x = 2\n    return y\n"
     assert list(reduce_names.inline_aliases(rebound)) == []
 
@@ -327,3 +336,10 @@ def test_a_module_call_is_its_forward_and_an_argument_read_once_moves_there():
 def test_an_import_left_below_the_code_joins_those_at_the_top():
     source = "import torch\nx = 1\nfrom lightning.fabric import X\nX(x)\n"
     assert first(reduce_materialise.hoist_imports(source)) == "import torch\nfrom lightning.fabric import X\nx = 1\nX(x)\n"
+
+
+def test_the_flattened_outputs_of_one_tensor_are_that_tensor():
+    source = "sum(torch.utils._pytree.tree_flatten(f(x))[0]).backward()\n"
+    out = first(reduce_passes.plain_calls(source))
+    assert out == "sum([f(x)]).backward()\n"
+    assert first(reduce_passes.plain_calls(out)) == "f(x).backward()\n"

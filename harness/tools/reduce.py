@@ -32,7 +32,7 @@ from harness.core.errors import BadInput
 from harness.tools import (preflight, reduce_inline, reduce_materialise, reduce_names, reduce_passes,
                            reduce_tensors, scriptrun)
 from harness.tools.reduce_check import (Interestingness, Signature, TimeUp, check_words, line_count,
-                                        message_pattern, size)
+                                        message_pattern, script_signature, size)
 from harness.tools.repro.collector import collect
 from harness.tools.repro.command import collect_env
 from harness.tools.repro.errors import ReproError
@@ -243,8 +243,7 @@ def _reduce(args, start: str, signature: Signature | None, python, passing_pytho
                 if first.outcome != "fail" or not first.exception:
                     raise ReproError(f"{script} does not fail with an exception on {args.session} "
                                      f"({first.outcome}, {first.exit}): nothing to reduce")
-                signature = Signature(first.exception.rsplit(".", 1)[-1],
-                                      message_pattern(first.message.partition(": ")[2]))
+                signature = script_signature(first)
             print(f"the bug: {signature} on {args.session}", file=sys.stderr, flush=True)
             test = Interestingness(signature, failing_runner, passing_runner, deadline=started + args.time_limit,
                                    timeout=max(60.0, 5 * first.seconds), start=start)

@@ -50,9 +50,20 @@ class Signature:
 
 def message_pattern(message: str) -> str:
     """A pattern for a recorded message: its whole first line (a semantic case's figure, both
-    sides of the comparison), up to PATTERN_CHARACTERS, literal except memory addresses."""
-    first = (message.strip().splitlines() or [""])[0][:PATTERN_CHARACTERS]
-    return re.sub(r"0x[0-9a-f]+", "0x[0-9a-f]+", re.escape(first))
+    sides of the comparison), up to PATTERN_CHARACTERS, literal except memory addresses; where that
+    line only announces its cause (`backend='inductor' raised:`), the cause's line too."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or [""]
+    shown = lines[:2] if lines[0].endswith(":") else lines[:1]
+    return r"\s*".join(re.sub(r"0x[0-9a-f]+", "0x[0-9a-f]+", re.escape(line[:PATTERN_CHARACTERS])) for line in shown)
+
+
+def script_signature(run: scriptrun.ScriptRun) -> Signature:
+    """The signature of a script's own failure: its last exception, and the message from its output
+    (the line after the exception's where the exception's line ends with a colon)."""
+    lines = run.output.splitlines()
+    ending = [i for i, line in enumerate(lines) if line.startswith(f"{run.exception}:")]
+    message = "\n".join(lines[ending[-1]:ending[-1] + 3]).partition(": ")[2] if ending else run.message.partition(": ")[2]
+    return Signature(run.exception.rsplit(".", 1)[-1], message_pattern(message))
 
 
 def line_count(source: str) -> int:

@@ -4,8 +4,10 @@ kept only where the script stays interesting). In the module and in each functio
 - inline_aliases: `a = b` (a name, `m.attr`, a constant) bound once: `b` wherever `a` is read, so that
   `fn = eager`, `eager = ckpt` leave `ckpt`, and `s = h; return s` leaves `return h`;
 - inline_single_use: `a = <expression>` read once, later, not in a loop: the expression in its
-  place (`torch.compile(f)(x)`, `return x @ w`), where that statement stays within LINE_LENGTH
-  characters (a reader should not unpick a line of nested calls);
+  place (`torch.compile(f)(x)`, `return x @ w`; a module-level value read once in a module-level
+  function is then made at each call; `obj.attr = <expression>` likewise where `attr` is read once),
+  where that statement stays within LINE_LENGTH characters (a reader should not unpick a line of
+  nested calls);
 - functions_as_lambdas: `def f(x): return E` named once, as a value (`checkpoint(f, x)`), becomes
   `lambda x: E` there;
 - constant_attributes: `self.a` of a module-level class whose `__init__` sets it to a constant (or
@@ -98,8 +100,8 @@ def _assignments(tree: ast.Module) -> Iterator[tuple[ast.AST, int, ast.Assign, s
 
 def _substitute(tree: ast.Module, reads: list[ast.Name], value: ast.expr) -> None:
     class Put(ast.NodeTransformer):
-        def visit_Name(self, node):
-            return copy.deepcopy(value) if any(node is r for r in reads) else node
+        def visit(self, node):
+            return copy.deepcopy(value) if any(node is r for r in reads) else self.generic_visit(node)
     Put().visit(tree)
 
 
@@ -121,8 +123,17 @@ def inline_aliases(source: str) -> Iterator[str]:
     return _each(source, rewrite)
 
 
+def _width(statement: ast.stmt) -> int:
+    """The length of the statement's first line (a loop's or `with`'s header)."""
+    return len(ast.unparse(statement).splitlines()[0])
+
+
 def _statement_holding(statement: ast.stmt, read: ast.Name) -> ast.stmt | None:
-    """The innermost statement of `statement` that evaluates `read` once where it stands, or None."""
+    """The innermost statement of `statement` that evaluates `read` once where it stands (a loop's
+    header, `for x in <read>:`, counted as a line of its own), or None."""
+    if isinstance(statement, (ast.For, ast.AsyncFor)) and any(n is read for n in ast.walk(statement.iter)):
+        header = ast.For(target=statement.target, iter=statement.iter, body=[ast.Pass()], orelse=[])
+        return ast.fix_missing_locations(ast.copy_location(header, statement))
     if isinstance(statement, ONCE):
         return None
     nodes = [statement, *_walk_scope(statement, ONCE)]
@@ -144,9 +155,13 @@ def inline_single_use(source: str) -> Iterator[str]:
             reads = _reads(scope, name)
             if len(reads) != 1:
                 continue
-            holding = next(filter(None, (_statement_holding(t, reads[0]) for t in scope.body[i + 1:])), None)
-            if holding is not None and len(ast.unparse(holding)) - len(name) + len(ast.unparse(s.value)) <= LINE_LENGTH:
+            later = scope.body[i + 1:]
+            if scope is tree:  # or in a function of the module's, once a call: the value is then made at each call
+                later += [t for f in tree.body if isinstance(f, ast.FunctionDef) for t in f.body]
+            holding = next(filter(None, (_statement_holding(t, reads[0]) for t in later)), None)
+            if holding is not None and _width(holding) - len(name) + len(ast.unparse(s.value)) <= LINE_LENGTH:
                 places.append((scope, s, reads))
+        places += _attributes_read_once(tree)
         if k >= len(places):
             return False
         scope, statement, reads = places[k]
@@ -154,6 +169,24 @@ def inline_single_use(source: str) -> Iterator[str]:
         _substitute(tree, reads, statement.value)
         return True
     return _each(source, rewrite)
+
+
+def _attributes_read_once(tree: ast.Module) -> list:
+    """(the module, `obj.attr = value`, [its one read]) where `attr` is stored and read once in the
+    whole script, the read later at module level (`case.compared = ...` then `*case.compared`)."""
+    found = []
+    for i, s in enumerate(tree.body):
+        if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Attribute)
+                and isinstance(s.targets[0].value, ast.Name)):
+            continue
+        target = s.targets[0]
+        uses = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == target.attr]
+        reads = [n for n in uses if n is not target]
+        if len(reads) == 1 and isinstance(reads[0].ctx, ast.Load) and ast.unparse(reads[0]) == ast.unparse(target):
+            holding = next(filter(None, (_statement_holding(t, reads[0]) for t in tree.body[i + 1:])), None)
+            if holding is not None and _width(holding) - len(ast.unparse(s.targets[0])) + len(ast.unparse(s.value)) <= LINE_LENGTH:
+                found.append((tree, s, reads))
+    return found
 
 
 def functions_as_lambdas(source: str) -> Iterator[str]:
@@ -167,7 +200,7 @@ def functions_as_lambdas(source: str) -> Iterator[str]:
                     continue
                 reads = _reads(scope, f.name)
                 holding = _innermost_statement(tree, reads[0]) if len(reads) == 1 else None
-                if holding and not _called(tree, reads[0]) and len(ast.unparse(holding)) + len(ast.unparse(f.args)) \
+                if holding and not _called(tree, reads[0]) and _width(holding) + len(ast.unparse(f.args)) \
                         + len(ast.unparse(f.body[0].value)) - len(f.name) + len("lambda : ") <= LINE_LENGTH:
                     places.append((scope, f, reads))
         if k >= len(places):

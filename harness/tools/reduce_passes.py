@@ -8,7 +8,8 @@ test still holds, so a rewrite that changes what the script shows is never kept.
   expression;
 - drop_unused_parameters: a parameter its function never reads, with the argument every call gives it
   (functions only called directly by name; not methods);
-- fold_literals: `f(**{'k': v})`, `f(*(a, b))`, `(a, b)[0]`, a loop or list comprehension over `range(1)` said plainly;
+- fold_literals: `f(**{'k': v})`, `f(*(a, b))`, `(a, b)[0]`, `(lambda: e)()`, a loop or list comprehension over `range(1)` said plainly;
+- plain_calls: `torch.utils._pytree.tree_flatten(e)[0]` as `[e]`, `sum([e])` as `e`;
 - plain_numbers: an odd float the reducer left becomes 1.0 or 2.0.
 
 Each pass yields the candidates it can make, one rewrite each; `improve` tries them in order and
@@ -151,8 +152,9 @@ def drop_unused_parameters(source: str) -> Iterator[str]:
 
 def fold_literals(source: str) -> Iterator[str]:
     """What the reducer's and the inliners' leftovers say at length: `f(**{'k': v})` becomes `f(k=v)`,
-    `f(*(a, b))` becomes `f(a, b)`, `(a, b)[0]` becomes `a`, `for i in range(1): body` becomes `i = 0` and the body, `[e for i in range(1)]`
-    becomes `[e]` (i unused)."""
+    `f(*(a, b))` becomes `f(a, b)`, `(a, b)[0]` becomes `a`, `(lambda: e)()` becomes `e`, a loop over
+    `range(1)` or over `[e]` becomes `i = 0` (`i = e`) and its body, `[e for i in range(1)]` becomes `[e]`
+    (i unused)."""
     def rewrite(tree, k):
         places = [n for n in ast.walk(tree) if _foldable(n)]
         places += [(body, i) for body in _bodies(tree) for i, s in enumerate(body) if _one_round(s)]
@@ -162,7 +164,10 @@ def fold_literals(source: str) -> Iterator[str]:
         if isinstance(place, tuple):
             body, i = place
             loop = body[i]
-            body[i:i + 1] = [ast.Assign(targets=[loop.target], value=ast.Constant(0))] + loop.body
+            value = ast.Constant(0) if _range_one(loop.iter) else loop.iter.elts[0]
+            body[i:i + 1] = [ast.Assign(targets=[loop.target], value=value)] + loop.body
+        elif isinstance(place, ast.Call) and isinstance(place.func, ast.Lambda):
+            _become(place, place.func.body)
         elif isinstance(place, ast.Call) and _starred_literal(place):
             place.args = [e for a in place.args for e in (a.value.elts if _starred_literal_argument(a) else [a])]
         elif isinstance(place, ast.Call):
@@ -175,6 +180,26 @@ def fold_literals(source: str) -> Iterator[str]:
         else:
             place.generators = []
             _become(place, ast.List(elts=[place.elt], ctx=ast.Load()))
+        return True
+    return _each(source, rewrite)
+
+
+def plain_calls(source: str) -> Iterator[str]:
+    """What the harness's run_with_grads leaves: `torch.utils._pytree.tree_flatten(e)[0]` becomes `[e]`
+    (the outputs of a function that returns one tensor), `sum([e])` becomes `e`."""
+    def rewrite(tree, k):
+        places = [n for n in ast.walk(tree) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Call)
+                  and ast.unparse(n.value.func).endswith("tree_flatten") and len(n.value.args) == 1
+                  and ast.unparse(n.slice) == "0"]
+        places += [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "sum"
+                   and len(n.args) == 1 and not n.keywords and isinstance(n.args[0], ast.List) and len(n.args[0].elts) == 1]
+        if k >= len(places):
+            return False
+        node = places[k]
+        if isinstance(node, ast.Subscript):
+            _become(node, ast.List(elts=[node.value.args[0]], ctx=ast.Load()))
+        else:
+            _become(node, node.args[0].elts[0])
         return True
     return _each(source, rewrite)
 
@@ -198,6 +223,10 @@ def _starred_literal(call: ast.Call) -> bool:
 
 
 def _foldable(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Lambda):
+        arguments = node.func.args
+        return not (node.args or node.keywords or arguments.args or arguments.posonlyargs or arguments.kwonlyargs
+                    or arguments.vararg or arguments.kwarg)
     if isinstance(node, ast.Call):
         return _starred_literal(node) or any(kw.arg is None and isinstance(kw.value, ast.Dict) and all(
             isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier()
@@ -213,7 +242,10 @@ def _foldable(node: ast.AST) -> bool:
 
 
 def _one_round(statement: ast.stmt) -> bool:
-    return (isinstance(statement, ast.For) and _range_one(statement.iter) and not statement.orelse
+    once = _range_one(statement.iter) if isinstance(statement, ast.For) else False
+    once = once or (isinstance(statement, ast.For) and isinstance(statement.iter, (ast.List, ast.Tuple))
+                    and len(statement.iter.elts) == 1 and not isinstance(statement.iter.elts[0], ast.Starred))
+    return (once and not statement.orelse
             and not any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(statement)))
 
 
@@ -232,7 +264,7 @@ def plain_numbers(source: str) -> Iterator[str]:
     return _each(source, rewrite)
 
 
-PASSES = (fold_literals, split_tuple_assignments, drop_unused_assignments, drop_unused_parameters)
+PASSES = (fold_literals, plain_calls, split_tuple_assignments, drop_unused_assignments, drop_unused_parameters)
 # Last, once: pysource-minimize shrinks numbers again, so inside the loop the two would undo each other.
 FINAL_PASSES = (plain_numbers,)
 
