@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness.core import matrix
+from harness.core import caseid, matrix
 from tests import act_runner
 from tests.act_runner import EVENTS, ROOT, branch, make_repository, run_act
 from tests.fake_github import FakeGitHub
@@ -123,7 +123,7 @@ def test_a_pass_turned_to_fail_turns_the_pull_request_red_on_the_cases_line(tmp_
     assert run.job_results().get("The table, for the changed families") == "failed", run.log[-5000:]
     assert run.returncode != 0
     worse = [r for r in report["baseline"]["rows"] if r["worse"]]
-    assert worse and {r["case"].split("[")[0] for r in worse} == {"checkpoint/sac_policy"}
+    assert worse and {caseid.parse(r["case"]).variant for r in worse} == {"sac_policy"}
     assert all(r["baseline"] == "pass" and r["now"] == "fail" for r in worse)
     planted = planted_failure(text, "test_sac_policy").splitlines()
     where = worse[0]["location"]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness.core import outcomes, records
+from harness.core import caseid, outcomes, records
 from harness.report import analysis, render
 from tests.conftest import ROOT
 
@@ -29,9 +29,9 @@ OLD = "nested_compile/recursive[cpu-aot_eager-fullgraph]"
 
 def case_record(case, outcome, message=None, upstream=None, **extra):
     """A case record as the recorder writes it; parameters from the id."""
-    family, rest = case.split("/", 1)
-    variant, _, params = rest.partition("[")
-    device, backend, fullgraph = params.rstrip("]").split("-")
+    parts = caseid.parse(case)
+    family, variant = parts.family, parts.variant
+    device, backend, fullgraph = parts.params.split("-")
     if outcome == "skip" and device == "cuda" and message is None:
         message = NO_GPU
     if upstream is None:
@@ -41,7 +41,7 @@ def case_record(case, outcome, message=None, upstream=None, **extra):
             "outcome": outcome, "exc_type": "AssertionError" if outcome == "fail" else None,
             "message": message if message is not None else f"{outcome} on purpose",
             "upstream": upstream, "metrics": {"graphs": 1, "graph_breaks": 0}, "duration": 0.1,
-            "nodeid": f"cases/test_{family}.py::test_{variant}[{params}", **extra}
+            "nodeid": f"cases/test_{family}.py::test_{variant}[{parts.params}]", **extra}
 
 
 def write_session(directory, name, torch, cases, finished=True, python="3.11", gpu=None, lightning="2.4.0"):
