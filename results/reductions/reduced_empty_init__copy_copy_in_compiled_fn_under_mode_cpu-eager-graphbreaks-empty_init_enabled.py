@@ -1,45 +1,15 @@
-# Reduced from empty_init/copy_copy_in_compiled_fn_under_mode[cpu-eager-graphbreaks-empty_init_enabled] by torch-compile-matrix: fails on cpu_torch215, passes on cpu_torch212.
-import copy, importlib
+# copy.copy(tensor) in a compiled function under a TorchFunctionMode that does nothing (README finding 1).
+import copy
 import torch
+from torch.overrides import TorchFunctionMode
 
-def need(dotted):
-    module, unique_name_0, name = dotted.rpartition('.')
-    return getattr(importlib.import_module(module), name)
+class PassThrough(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
 
-def run_with_grads(fn, inputs):
-    fn(*inputs)
+@torch.compile(backend="eager")
+def f(x):
+    return torch.cos(copy.copy(torch.sin(x)))
 
-class Case:
-
-    def compile(self, fn):
-        return torch.compile(fn)
-
-    def check(self, fn, *inputs, compiled):
-        self.compiled_run(compiled, inputs, 0)
-
-    def compiled_run(self, compiled, inputs, attempt):
-        run_with_grads(compiled, inputs)
-
-class UnderMode(torch.nn.Module):
-
-    def __init__(self, inner, make_mode):
-        super().__init__()
-        self.inner = inner
-        self.make_mode = make_mode
-
-    def forward(self, x):
-        with self.make_mode():
-            self.inner(x)
-
-def x_on():
-    return torch.randn(0)
-
-def copy_then_cos(x):
-    copy.copy(x)
-case = Case()
-_EmptyInit = need('lightning.fabric.utilities.init._EmptyInit')
-
-def make_mode():
-    return _EmptyInit()
-compiled = UnderMode(case.compile(copy_then_cos), make_mode)
-case.check(0, x_on(), compiled=compiled)
+with PassThrough():
+    print(f(torch.randn(3)))  # AttributeError: 'NoneType' object has no attribute 'type'
