@@ -23,9 +23,9 @@ def summarise(*args, env=None):
 
 @pytest.mark.slow
 def test_one_explore_run_reaches_every_op_class_through_every_family(tmp_path):
-    # The op properties of the four families, eager backend (the cheapest compile), 40 examples each
+    # The op properties of the four families, eager backend (the cheapest compile), 100 examples each
     # from one seed: every class of op the catalogue sorts ops into is judged in every family.
-    done = run_nox(ROOT, "-s", "explore", "--", "cpu_torch215", "--examples", "40", "-k",
+    done = run_nox(ROOT, "-s", "explore", "--", "cpu_torch215", "--examples", "100", "-k",
                    "property and _op and eager and not aot_eager and not cuda", results=tmp_path,
                    env={"HARNESS_EXPLORE_SEED": "11"})
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]

@@ -8,7 +8,7 @@ import pytest
 
 from harness.core import matrix, paths, records, sessions
 from harness.core.outcomes import OUTCOMES
-from harness.tools.repro import collector, command as repro, script as repro_script
+from harness.tools.repro import collector, command as repro, op_example, script as repro_script
 from harness.tools.repro.property_example import chosen_example
 from tests.conftest import ROOT
 
@@ -20,7 +20,9 @@ def harness(*args, timeout=900, **env):
 
 @pytest.fixture(scope="module")
 def collected():
-    return collector.collect(sys.executable, ["*"])["cases"]
+    cases = collector.collect(sys.executable, ["*"])["cases"]
+    op_example.add_scripts(sys.executable, cases)  # as the command does: an op property exports its example's script
+    return cases
 
 
 def sample(cases: dict) -> list[str]:
