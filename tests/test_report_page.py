@@ -129,3 +129,29 @@ def test_a_case_link_in_a_failing_group_opens_its_cell(browser, page):
     # a folded section opens when the navigation links to it
     browser.find_element(By.CSS_SELECTOR, 'nav a[href="#known"]').click()
     assert browser.find_element(By.CSS_SELECTOR, "#known > details").get_attribute("open") is not None
+
+
+def test_the_committed_table_fits_the_screen_and_shows_the_lightning_axis_on_request(browser, tmp_path):
+    # The real table (29 sessions, 13 of them the Lightning axis), not a fixture: the page must not
+    # scroll sideways at 1400 px; the axis's columns come with the sessions filter, and with a link
+    # to one of their cells.
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from harness.core import paths
+
+    data = render.build([paths.ROOT / "results"])
+    axis = [s["name"] for s in data["sessions"] if s["lightning_of"]]
+    assert axis, "the committed table has Lightning-axis sessions"
+    render.write(data, tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").as_uri()
+    browser.get(page)
+    columns = lambda: [th.get_attribute("data-session") for th in browser.find_elements(By.CSS_SELECTOR, "#matrix-grid th.session")]
+    assert not set(columns()) & set(axis) and len(columns()) == len(data["sessions"]) - len(axis)
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= 1400
+    Select(browser.find_element(By.ID, "f-sessions")).select_by_value("lightning")
+    assert set(axis) <= set(columns()) and "sessions=lightning" in browser.current_url
+    case = next(c["case"] for c in data["cases"] if not c["cells"][axis[0]].get("absent"))
+    browser.get(page + "#" + urllib.parse.urlencode({"cell": f"{case}@{axis[0]}"}))
+    browser.refresh()
+    assert axis[0] in columns()
