@@ -8,7 +8,7 @@ kept only where the script stays interesting). In the module and in each functio
   function is then made at each call; `obj.attr = <expression>` likewise where `attr` is read once),
   where that statement stays within LINE_LENGTH characters (a reader should not unpick a line of
   nested calls);
-- functions_as_lambdas: `def f(x): return E` named once, as a value (`checkpoint(f, x)`), becomes
+- functions_as_lambdas: `def f(x): return E` (or a lone `E`) named once, as a value (`checkpoint(f, x)`), becomes
   `lambda x: E` there;
 - constant_attributes: `self.a` of a module-level class whose `__init__` sets it to a constant (or
   a parameter's constant default that no construction passes) becomes the constant;
@@ -194,8 +194,10 @@ def functions_as_lambdas(source: str) -> Iterator[str]:
         places = []
         for scope in _scopes(tree):
             for f in scope.body:
+                # `return E`, or a lone `E` (what the reducer leaves of `return E` when the value is
+                # unused): the candidate is checked anyway, so a lambda returning E is fine
                 if not (isinstance(f, ast.FunctionDef) and not f.decorator_list and len(f.body) == 1
-                        and isinstance(f.body[0], ast.Return) and f.body[0].value is not None
+                        and isinstance(f.body[0], (ast.Return, ast.Expr)) and f.body[0].value is not None
                         and _bindings(scope, f.name) == 1):
                     continue
                 reads = _reads(scope, f.name)
