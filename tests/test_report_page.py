@@ -146,7 +146,9 @@ def test_the_committed_table_fits_the_screen_and_shows_the_lightning_axis_on_req
     render.write(data, tmp_path / "out")
     page = (tmp_path / "out" / "report.html").as_uri()
     browser.get(page)
-    columns = lambda: [th.get_attribute("data-session") for th in browser.find_elements(By.CSS_SELECTOR, "#matrix-grid th.session")]
+
+    def columns():
+        return [th.get_attribute("data-session") for th in browser.find_elements(By.CSS_SELECTOR, "#matrix-grid th.session")]
     assert not set(columns()) & set(axis) and len(columns()) == len(data["sessions"]) - len(axis)
     assert browser.execute_script("return document.documentElement.scrollWidth") <= 1400
     Select(browser.find_element(By.ID, "f-sessions")).select_by_value("lightning")
