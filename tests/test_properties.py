@@ -103,6 +103,13 @@ def test_explore_goes_on_past_known_failures(monkeypatch):
     assert summary["examples_run"] <= 60 + 200  # the budget, and hypothesis's shrinking on top
 
 
+def test_explore_budget_counts_drawn_examples_not_shrinking(monkeypatch):
+    # A failure found early shrinks over many runs; the budget still draws its 60 examples after it.
+    seen, summary, exc = explored(monkeypatch, lambda n: "too big" if n >= 10 else None)
+    assert summary["examples_drawn"] == 60
+    assert summary["examples_run"] == len(seen) > 60  # the shrinking's runs on top, recorded
+
+
 def test_a_wrong_explore_value_is_an_error(monkeypatch):
     monkeypatch.setenv(properties.EXPLORE_ENV, "many")
     with pytest.raises(ValueError):

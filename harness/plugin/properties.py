@@ -60,8 +60,11 @@ def mode_settings(name: str, backend: str) -> tuple[dict, hypothesis.settings, i
     explore_n = explore_examples()
     if explore_n:
         seed = int(os.environ.get(SEED_ENV) or random.SystemRandom().getrandbits(32))
+        # report_multiple_bugs off: a round stops drawing at its first failure, so what it ran after that
+        # is hypothesis's shrinking (and explaining), which the budget does not count
         return ({"mode": "explore", "seed": seed, "max_examples": explore_n},
-                hypothesis.settings(max_examples=explore_n, derandomize=False, **common), seed)
+                hypothesis.settings(max_examples=explore_n, derandomize=False, report_multiple_bugs=False, **common),
+                seed)
     seed = zlib.crc32(name.encode())  # the same examples on every row, whatever else changes in the file
     examples = TABLE_EXAMPLES.get(backend, 2)
     return ({"mode": "table", "seed": seed, "max_examples": examples},
@@ -126,6 +129,8 @@ def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
     shrunk: dict[str, tuple[object, BaseException, dict]] = {}
     settled: set[str] = set()  # explore: signatures shrunk in an earlier round, or known
     ran = []
+    drawn = 0  # explore: the examples hypothesis drew, what the budget counts (not its shrinking's runs)
+    this_round = {"start": 0, "first_failure": None}  # explore: where the round stopped drawing
     by_class: dict[str, int] = {}
 
     def run(program):
@@ -146,6 +151,8 @@ def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
                 return
             shrunk[signature] = failures[-1]
             if outcomes.classify_exception(exc, declared)[0] == "fail":
+                if this_round["first_failure"] is None:
+                    this_round["first_failure"] = len(ran)
                 raise failure_class(signature)(error_line(exc)) from exc  # hypothesis shrinks it
             settled.add(signature)
         finally:
@@ -161,11 +168,15 @@ def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
             hypothesis.seed(seed)(settings(test))()
         else:
             for round_seed in itertools.count(seed):  # each round draws what is left of the budget
-                left = hypothesis.settings(settings, max_examples=max(1, summary["max_examples"] - len(ran)))
+                left = hypothesis.settings(settings, max_examples=max(1, summary["max_examples"] - drawn))
+                this_round.update(start=len(ran), first_failure=None)
                 found = explore_round(strategy, run, left, round_seed)
-                if found is None or len(ran) >= summary["max_examples"]:
+                drawn += (this_round["first_failure"] or len(ran)) - this_round["start"]
+                if found is None or drawn >= summary["max_examples"]:
                     break
                 errors.append(found)
+                # what hypothesis shrank to; a signature the shrinking moved away from stays open, for a
+                # later round (where the shrunk one no longer fails) to shrink
                 settled.update(failure.signature for failure in failed_examples(found))
                 summary.setdefault("hypothesis_notes", [n for n in getattr(found, "__notes__", []) if n.strip()][:6])
     except BaseException as exc:
@@ -173,7 +184,8 @@ def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
         raise
     finally:
         kept = failures[-KEPT_FAILURES:] if table else list(shrunk.values())[-KEPT_SIGNATURES:]
-        summary.update(examples_run=len(ran), pinned=len(pinned) if table else 0, examples_failed=len(failures),
+        summary.update(examples_run=len(ran), **({} if table else {"examples_drawn": drawn}),
+                       pinned=len(pinned) if table else 0, examples_failed=len(failures),
                        **({"examples_by_class": by_class} if by_class else {}),
                        failing_examples=[described(p, e, m, declared) for p, e, m in kept])
         case.record(property=json.loads(json.dumps(summary, default=repr)))  # what a record can carry
