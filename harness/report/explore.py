@@ -76,12 +76,17 @@ def _cell(text) -> str:
 def markdown(environments: list[dict], cells: list[dict]) -> str:
     sessions = sorted({e["session"] for e in environments})
     torch = sorted({e.get("torch") or "?" for e in environments})
-    examples = sum(c["metrics"]["property"].get("examples_run", 0) for c in cells)
+    runs = sum(c["metrics"]["property"].get("examples_run", 0) for c in cells)
+    if all("examples_drawn" in c["metrics"]["property"] for c in cells):
+        drawn = sum(c["metrics"]["property"]["examples_drawn"] for c in cells)
+        examples = f"{drawn} examples drawn ({runs} runs, hypothesis's shrinking included)"
+    else:  # records from before the budget counted draws say only how many ran
+        examples = f"{runs} examples run"
     seeds = sorted({c["metrics"]["property"].get("seed") for c in cells})
     found = findings(cells)
     new = [f for f in found if f.new]
     lines = [f"### Explore: {', '.join(sessions) or 'no session'} (torch {', '.join(torch)})", "",
-             f"{examples} examples in {len(cells)} property cells (seed {', '.join(map(str, seeds)) or '-'}); "
+             f"{examples} in {len(cells)} property cells (seed {', '.join(map(str, seeds)) or '-'}); "
              f"{len(found)} failing signatures, **{len(new)} new** (no declaration of the case matches them).", ""]
     if found:
         lines += ["| | signature | cells | first cell | known as |", "|---|---|---|---|---|"]
