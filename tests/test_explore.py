@@ -23,9 +23,11 @@ def summarise(*args, env=None):
 
 @pytest.mark.slow
 def test_one_explore_run_reaches_every_op_class_through_every_family(tmp_path):
-    # The op properties of the four families, eager backend (the cheapest compile), 50 drawn examples each
-    # from one seed: every class of op the catalogue sorts ops into is judged in every family.
-    done = run_nox(ROOT, "-s", "explore", "--", "cpu_torch215", "--examples", "50", "-k",
+    # The op properties of the four families, eager backend (the cheapest compile), 100 drawn examples
+    # each from one seed: every class of op the catalogue sorts ops into is judged in every family.
+    # (hypothesis's draws clump: at 50 this seed drew no in-place op for empty_init; shrinking's runs
+    # come on top of the 100, and cost most of this test's time)
+    done = run_nox(ROOT, "-s", "explore", "--", "cpu_torch215", "--examples", "100", "-k",
                    "property and _op and eager and not aot_eager and not cuda", results=tmp_path,
                    env={"HARNESS_EXPLORE_SEED": "11"})
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
@@ -37,7 +39,7 @@ def test_one_explore_run_reaches_every_op_class_through_every_family(tmp_path):
     for cell in cells:
         summary = cell["metrics"]["property"]
         assert summary["mode"] == "explore" and summary["seed"] == 11 and summary["op_db"]["ops"] > 400
-        assert summary["examples_drawn"] >= 50 and summary["examples_run"] >= summary["examples_drawn"]
+        assert summary["examples_drawn"] >= 100 and summary["examples_run"] >= summary["examples_drawn"]
         for example in summary["failing_examples"]:  # each classified by the case's declarations
             assert example["outcome"] in ("fail", "known", "limitation") and example["signature"]
     shown = summarise(str(tmp_path / "explore"))
