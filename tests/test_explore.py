@@ -26,7 +26,7 @@ def test_one_explore_run_reaches_every_op_class_through_every_family(tmp_path):
     # The op properties of the four families, eager backend (the cheapest compile), 100 drawn examples
     # each from one seed: every class of op the catalogue sorts ops into is judged in every family.
     # (hypothesis's draws clump: at 50 this seed drew no in-place op for empty_init; shrinking's runs
-    # come on top of the 100, and cost most of this test's time)
+    # come on top of the 100, and where a drawn example fails they can cost most of this test's time)
     done = run_nox(ROOT, "-s", "explore", "--", "cpu_torch215", "--examples", "100", "-k",
                    "property and _op and eager and not aot_eager and not cuda", results=tmp_path,
                    env={"HARNESS_EXPLORE_SEED": "11"})
