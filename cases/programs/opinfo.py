@@ -95,10 +95,15 @@ def catalogue() -> Catalogue:
     found = _survey_file()
     if found.get("error"):
         return Catalogue(error=found["error"])
-    try:
-        op_infos()
-    except Exception as exc:
-        return Catalogue(error=_describe(exc))
+    # Read here, at collection, once per worker, so that a case's process need not; except where a GPU
+    # is visible: importing op_db then initialises CUDA (common_device_type asks Triton for the GPU's
+    # capability), which a process that forks cases must not do (harness.plugin.cudaguard). Each
+    # case's process then reads it when it draws (the survey, a process of its own, read it already).
+    if not torch.cuda.is_available():
+        try:
+            op_infos()
+        except Exception as exc:
+            return Catalogue(error=_describe(exc))
     entries = {(e["name"], e["variant"]): Entry(e["name"], e["variant"], e["path"], frozenset(e["classes"]), e["samples"])
                for e in found["entries"]}
     return Catalogue(entries, None, found["left_out"])

@@ -38,10 +38,15 @@ from _pytest.reports import TestReport
 
 from harness.core import caseid, outcomes, records
 from harness.core.caseid import case_identity
-from harness.plugin import workerlog
+from harness.plugin import cudaguard, workerlog
 
 PROBE_TIMEOUT = 120
 UNSENT = 70  # a child's exit status when it could not send its reports (it sends what failed instead)
+CASE_STAGES = ("starting the case's process",)  # before any code of the case ran
+
+
+class HarnessFault(Exception):
+    """A forked child cannot run its case, for a reason of the harness's own (not the case's)."""
 
 
 def _describe(error: BaseException) -> str:
@@ -159,14 +164,19 @@ class ForkedAttempt:
     def run(self, protocol) -> tuple[list, list[str]]:
         config = self.item.config
         output = None if self.log is not None else tempfile.TemporaryFile()
-        read, write = os.pipe()
         for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
             _flush(stream)
         # A collection in the child would touch every object the parent made, copying the pages they
         # lie on (0.6 s a case on torch 2.15 with Lightning): frozen, the collector leaves them alone.
         gc.freeze()
         started = time.time()
-        pid = os.fork()
+        try:
+            read, write = os.pipe()
+            pid = os.fork()
+        except OSError as error:  # no process or descriptor left: the harness's failure, not the case's
+            if output is not None:
+                output.close()
+            return [self._harness_error("starting the case's process", _describe(error), "", 0.0)], []
         if pid == 0:
             os.close(read)
             self._child(protocol, write, output)
@@ -181,10 +191,10 @@ class ForkedAttempt:
                 reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in sent["reports"]]
                 return reports, sent["leaked"]
             except Exception as error:  # logged in the record: what the worker could not read
-                return [self._unsent("reading its reports in the worker", _describe(error), printed,
-                                     time.time() - started)], []
+                return [self._harness_error("reading its reports in the worker", _describe(error), printed,
+                                            time.time() - started)], []
         if status == UNSENT and sent and "unsent" in sent:
-            return [self._unsent(sent["unsent"], sent["error"], printed, time.time() - started)], []
+            return [self._harness_error(sent["unsent"], sent["error"], printed, time.time() - started)], []
         return [self._died(status, printed, time.time() - started, killed)], []
 
     def _child(self, protocol, write: int, output) -> None:
@@ -197,6 +207,9 @@ class ForkedAttempt:
                 import faulthandler
 
                 faulthandler.enable(file=output, all_threads=True)
+            fault = cudaguard.inherited_fault()
+            if fault:
+                raise HarnessFault(fault)
             stage = "running the case's protocol"
             reports, leaked = protocol()
             stage = "serialising its reports"
@@ -216,10 +229,14 @@ class ForkedAttempt:
                 _flush(stream)
             os._exit(code)
 
-    def _unsent(self, stage: str, error: str, printed: str, seconds: float) -> TestReport:
-        """The report of an attempt whose process ran but could not send its reports: an `error`
-        of the harness, naming the part that failed (not a crash: nothing died)."""
-        message = f"the case's report did not reach the harness: {stage} raised {error}"
+    def _harness_error(self, stage: str, error: str, printed: str, seconds: float) -> TestReport:
+        """The report of an attempt the harness could not carry out, or whose reports did not reach
+        it: an `error` of the harness naming the part that failed (not the case's outcome, not a
+        crash: nothing the case did died)."""
+        if stage in CASE_STAGES:
+            message = f"the harness could not run the case: {stage} raised {error}"
+        else:
+            message = f"the case's report did not reach the harness: {stage} raised {error}"
         return self._report("error", message, printed, seconds)
 
     def _child_output(self, output) -> str:

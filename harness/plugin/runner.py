@@ -21,7 +21,7 @@ from _pytest.runner import runtestprotocol
 
 from harness.core import limits, outcomes, records
 from harness.core.caseid import case_identity
-from harness.plugin import isolation
+from harness.plugin import cudaguard, isolation
 from harness.plugin.warmup import warm_up
 from harness.plugin.workerlog import WorkerLog
 
@@ -228,6 +228,8 @@ class CaseRunner:
         self.isolation = config.getoption("isolation")
         self.forking = self.isolation != "none" and hasattr(os, "fork")
         self.in_child = False
+        if self.forking:  # before collection imports the cases (and whatever they import)
+            cudaguard.guard_warm_process()
         read_captured_output_with_replacement()
 
     @pytest.hookimpl(tryfirst=True)
@@ -235,12 +237,10 @@ class CaseRunner:
         if self.log is not None:
             self.log.capture()
         self.previous_memory_limit = limits.limit_memory(self.memory)
-        if self.forking:
-            os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # is_available() must not touch CUDA here
         # Made here, once: a forked child that made it first would make it anew, deleting what every
         # earlier case left there (with xdist the base is given, and pytest clears a given one).
         self.config._tmp_path_factory.getbasetemp()
-        warm_up(self.forking)
+        warm_up(self.forking, gpu=cudaguard.gpu_visible() if self.forking else False)
         from harness.plugin.torchstate import TorchState
 
         self.state = TorchState()

@@ -9,8 +9,14 @@ import sys
 
 from harness.core import paths
 
+# What a first compile imports (Dynamo, AOTAutograd, inductor's lowering, scheduler and C++ codegen):
+# importing them initialises no CUDA, where compiling does.
+COMPILE_MODULES = ("torch._dynamo", "torch._functorch.aot_autograd", "torch._inductor.compile_fx",
+                   "torch._inductor.graph", "torch._inductor.lowering", "torch._inductor.scheduler",
+                   "torch._inductor.codecache", "torch._inductor.codegen.cpp")
 
-def warm_up(forking: bool) -> None:
+
+def warm_up(forking: bool, gpu: bool = False) -> None:
     """What the first compile of a process pays once (Dynamo's and inductor's imports, the C++
     toolchain, Triton where there is a GPU): paid here, before any case's clock starts. A failure
     here is left for the cases to meet and record.
@@ -19,14 +25,18 @@ def warm_up(forking: bool) -> None:
     then never have started inductor's compile workers, an OpenMP team, autograd's engine or CUDA:
     the warm-up compiles for inference only, a kernel too small for OpenMP to start a team, with
     compile workers off (`torch.set_num_threads` is not called: it makes a pthreadpool that a child
-    then finds broken, and autograd's threads abort on it)."""
+    then finds broken, and autograd's threads abort on it). `gpu` (with `forking`): a GPU is visible,
+    and any compile here would initialise CUDA (harness.plugin.cudaguard): the modules a compile
+    loads are imported, and each child pays its first compile itself."""
     import torch
 
-    devices = ["cpu"] if forking else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = [] if forking and gpu else ["cpu"] if forking else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for module in COMPILE_MODULES:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # moved in another torch: the first compile imports what it needs
+            note(f"not preloaded for compiling: {module} ({type(exc).__name__}: {exc})")
     try:
-        import torch._dynamo
-        import torch._inductor.compile_fx  # noqa: F401
-
         if forking:
             torch._inductor.config.compile_threads = 1
         for device in devices:
