@@ -16,18 +16,16 @@ harness.core.sessions (its pytest command) and harness.core.venvs (its environme
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import sys
-import tempfile
 
 import nox
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # nox does not put it there
 
-from harness.core import envcheck, matrix, paths, sessions, venvs  # noqa: E402
-from harness.plugin import reuse  # noqa: E402
+from harness.core import matrix, paths, runsession, sessions, venvs  # noqa: E402
+from harness.core.errors import BadInput  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -42,39 +40,19 @@ DEFAULT_SESSION = next(s for s in SESSIONS if s.device == "cpu" and "latest" in 
 
 
 def run_cases(session: nox.Session, spec: matrix.Session) -> None:
-    """What every case session does: check the machine, install the pins, check them, run the
+    """What every case session does (harness.core.runsession, as `python -m harness run` does it in an
+    environment that is already there): check the machine, install the pins, check them, run the
     cases (or, with `-- --collect-only`, collect them: a CUDA session checked without a GPU)."""
-    collect_only = sessions.collect_only(session.posargs)
-    if not collect_only:
-        try:
-            envcheck.require_gpu(spec)
-        except envcheck.EnvironmentMismatch as exc:
-            session.error(str(exc))
-    for name, value in venvs.install_environment().items():
-        session.log(f"installing with {name}={value} from the environment (recorded in the results)")
-    venvs.install_pins(session, spec)
-    session.run("python", "-m", "harness", "check-env", spec.name, *(["--no-gpu"] if collect_only else []))
-    env = sessions.run_env(spec, session.virtualenv.location)
-    args = [a for a in session.posargs if a != sessions.FRESH]
-    if not args:  # the full session: reuse what nothing has changed for (harness/plugin/reuse.py)
-        handle, name = tempfile.mkstemp(prefix=f"reuse-plan-{spec.name}-", suffix=".json")
-        os.close(handle)
-        plan = pathlib.Path(name)
-        try:
-            session.run("python", "-m", "harness.plugin.reuse", spec.name, "--plan", str(plan),
-                        *(["--fresh"] if sessions.FRESH in session.posargs else []), env=env)
-            if not plan.stat().st_size:
-                return  # `nox --install-only`: nothing was run
-            the_plan = json.loads(plan.read_text())
-            if not the_plan["run"]:  # every record reused: the results file is written
-                if reuse.exit_status(the_plan["carried"]):
-                    session.error("cases fail (their records were carried over from the last run)")
-                return
-            session.run("python", *sessions.pytest_args(spec, [*the_plan["run"], f"--reuse-plan={plan}"]), env=env)
-        finally:
-            plan.unlink(missing_ok=True)  # read by pytest's plugin while it runs, then no longer needed
-        return
-    session.run("python", *sessions.pytest_args(spec, args), env=env)
+    def install() -> None:
+        for name, value in venvs.install_environment().items():
+            session.log(f"installing with {name}={value} from the environment (recorded in the results)")
+        venvs.install_pins(session, spec)
+
+    try:
+        runsession.run(spec, session.posargs, "python", session.virtualenv.location,
+                       lambda argv, env: session.run(*argv, env=env), install=install)
+    except (BadInput, runsession.CarriedFailures) as exc:
+        session.error(str(exc))
 
 
 def _define(spec: matrix.Session) -> None:

@@ -25,8 +25,14 @@ def check_env(args) -> int:
     session = matrix.find(args.session)
     found = envcheck.check(session, gpu=not args.no_gpu)
     cuda = f" (CUDA {found['cuda']})" if found.get("cuda") else ""
-    print(f"{session.name}: torch {found['torch']}{cuda}, lightning {found['lightning']} match the session's pins")
+    print(f"{session.name}: torch {found['torch']}{cuda}, lightning {found['lightning']} match the session's pins, and its tools are installed")
     return 0
+
+
+def run_session(args) -> int:
+    from harness.core import runsession
+
+    return runsession.run_here(args.session, args.pytest_args)
 
 
 def report(args) -> int:
@@ -124,6 +130,13 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--no-gpu", action="store_true",
                        help="a CUDA session on a machine without a GPU: check the wheel's CUDA, not the device")
     check.set_defaults(func=check_env)
+    run = commands.add_parser("run", help="run a session's cases in this environment, installing nothing (a GPU "
+                              "machine or a container without a registry): the pin check, records and JUnit of "
+                              "`nox -s SESSION`")
+    run.add_argument("session")
+    run.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="...",
+                     help="after the session: pytest arguments that narrow it, as after `nox -s SESSION --`")
+    run.set_defaults(func=run_session)
     rep = commands.add_parser("report", help="merge results files into REPORT.md, report.html, report.json")
     rep.add_argument("dirs", nargs="*", metavar="DIR", help="directories of *.jsonl results (default: results)")
     rep.add_argument("--baseline", nargs="+", metavar="DIR", help="results of an earlier run to compare with")

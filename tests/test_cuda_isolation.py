@@ -59,17 +59,23 @@ WARM = os.getpid()
 
 def pytest_sessionstart(session):
     # As if the warm process had initialised CUDA before the harness could guard it: torch marks its
-    # forked children so, and refuses them CUDA.
+    # forked children so, and refuses them CUDA. (Without a GPU, torch marks them whenever the
+    # runtime was asked for the device count, as it is here: that mark refuses nothing to use.)
+    torch.cuda.is_available = lambda: {gpu}
     torch.cuda._is_in_bad_fork = lambda: os.getpid() != WARM
 """
 
 
 @pytest.mark.usefixtures("session_env")
-def test_a_case_process_forked_after_cuda_was_initialised_is_the_harness_error(pytester):
-    pytester.makeconftest(BAD_FORK)
+@pytest.mark.parametrize("gpu", [True, False], ids=["gpu", "no_gpu"])
+def test_a_case_process_forked_after_cuda_was_initialised_is_the_harness_error(pytester, gpu):
+    pytester.makeconftest(BAD_FORK.format(gpu=gpu))
     path = pytester.makepyfile(test_planted=OK_CASE)
     result, results_file, _ = run_session_command(pytester, path, "--case-reruns=0")
     (record,) = case_records(results_file)
+    if not gpu:
+        assert record["outcome"] == "pass", record
+        return
     assert record["outcome"] == "error", record
     assert record["message"] == ("the harness could not run the case: starting the case's process raised "
                                  "HarnessFault: CUDA was initialised in the warm process before it forked this "

@@ -5,9 +5,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from harness.core import versions
 from harness.core.errors import BadInput
 from harness.core.matrix import Session
+from harness.core.venvs import HARNESS_REQUIREMENTS
 
 
 class EnvironmentMismatch(BadInput):
@@ -23,6 +26,23 @@ def host_gpus() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [line for line in out.stdout.splitlines() if line.startswith("GPU")] if out.returncode == 0 else []
+
+
+def gpu_memory_gib() -> float | None:
+    """The memory of the GPU that cases use (`cuda`, the first one), from `nvidia-smi`; None where
+    there is none."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = (out.stdout.split() or [""])[0] if out.returncode == 0 else ""
+    try:
+        return float(first) / 1024  # MiB
+    except ValueError:
+        return None
 
 
 def require_gpu(session: Session) -> None:
@@ -50,6 +70,35 @@ def installed(cuda: bool = True) -> dict:
     return found
 
 
+def normal_name(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def unmet(requirements, have: dict) -> list[str]:
+    """Each of `requirements` (PEP 508 text) that the distributions `have` (name -> version, or None
+    where missing) do not satisfy, as `NAME is VERSION (needs REQUIREMENT)`. Markers that do not apply
+    to this interpreter leave a requirement out."""
+    have = {normal_name(name): version for name, version in have.items()}
+    found = []
+    for text in requirements:
+        try:
+            wanted = Requirement(text)
+        except InvalidRequirement:
+            found.append(f"cannot read the requirement {text!r}")
+            continue
+        if wanted.marker is not None and not wanted.marker.evaluate():
+            continue
+        version = have.get(normal_name(wanted.name))
+        if version is None or (wanted.specifier and not wanted.specifier.contains(version, prereleases=True)):
+            found.append(f"{wanted.name} is {version or 'not installed'} (needs {text})")
+    return found
+
+
+def tools() -> dict:
+    """The installed versions of the tools every session runs with (the `session` extra)."""
+    return {Requirement(text).name: versions.installed(Requirement(text).name) for text in HARNESS_REQUIREMENTS}
+
+
 def mismatches(session: Session, found: dict, gpu: bool = True) -> list[str]:
     problems = []
     if session.torch and not versions.same_release(found["torch"], session.torch):
@@ -65,6 +114,8 @@ def mismatches(session: Session, found: dict, gpu: bool = True) -> list[str]:
             problems.append(f"torch is built for CUDA {cuda or 'none (CPU build)'}, the session pins CUDA {session.cuda_major}")
         elif gpu and not found["cuda_available"]:
             problems.append("torch.cuda.is_available() is False: a CUDA session needs a working GPU")
+    if "tools" in found:
+        problems += unmet(HARNESS_REQUIREMENTS, found["tools"])
     return problems
 
 
@@ -72,7 +123,7 @@ def check(session: Session, gpu: bool = True) -> dict:
     """The installed versions; EnvironmentMismatch with every mismatch on one line. A CPU
     session pins no CUDA, so its check does not import torch. `gpu=False`: a CUDA session on a
     machine without a GPU, checked short of running kernels (the wheel's CUDA major still)."""
-    found = installed(cuda=session.cuda_major is not None)
+    found = {**installed(cuda=session.cuda_major is not None), "tools": tools()}
     problems = mismatches(session, found, gpu)
     if problems:
         raise EnvironmentMismatch(f"environment does not match session {session.name}: " + "; ".join(problems))

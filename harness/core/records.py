@@ -58,6 +58,8 @@ class EnvironmentRecord(TypedDict, total=False):
     python: str
     lightning: Optional[str]
     gpu: Optional[str]
+    gpu_driver: Optional[str]
+    workers: dict  # {"count": xdist workers that ran the cases (0: none), "basis": why that many}
     git_commit: Optional[str]
     reuse_keys: dict  # family -> the digest of what its cases depend on (harness.plugin.reuse)
     reuse_sources: dict  # the project's files those keys hold, path -> digest: what changed, when one did

@@ -4,13 +4,46 @@ in its venv), and the environment of a tool's run that must not inherit a sessio
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 
-from harness.core import caseid, matrix, paths
+from harness.core import caseid, envcheck, matrix, paths
+from harness.core.errors import BadInput
 
 CASES = "cases/"
 SESSION_ENV = "HARNESS_SESSION"  # the session a pytest run records as (nox sets it)
+WORKERS_ENV = "HARNESS_WORKERS"  # how many xdist workers run a session's cases (default: choose_workers())
+WORKERS_BASIS_ENV = "HARNESS_WORKERS_BASIS"  # why that many: the environment record keeps it
+# What one worker of a CUDA session may take of the GPU: its cases' CUDA context (about 0.5 GiB each,
+# one per forked child at a time), their tensors, and what max-autotune's benchmarks allocate.
+GPU_GIB_PER_WORKER = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Workers:
+    """How many xdist workers run a session's cases, and why that many."""
+    count: int
+    basis: str
+
+
+def choose_workers(spec: matrix.Session) -> Workers:
+    """$HARNESS_WORKERS where set; else one for a CPU session (its cases' kernels use every core, and
+    timings stay comparable between rows); for a CUDA session, as many as the machine's cores and its
+    GPU's memory both allow (GPU_GIB_PER_WORKER each)."""
+    chosen = os.environ.get(WORKERS_ENV, "").strip()
+    if chosen:
+        if not chosen.isdigit() or int(chosen) < 1:
+            raise BadInput(f"${WORKERS_ENV} is {chosen!r}: a number of workers, 1 or more")
+        return Workers(int(chosen), f"${WORKERS_ENV}={chosen}")
+    if spec.device != "cuda":
+        return Workers(1, "a CPU session: one worker")
+    cores = os.cpu_count() or 1
+    memory = envcheck.gpu_memory_gib()
+    if memory is None:
+        return Workers(1, "a CUDA session on a machine whose GPU memory nvidia-smi does not give: one worker")
+    count = max(1, min(cores, int(memory // GPU_GIB_PER_WORKER)))
+    return Workers(count, f"{cores} cores, {memory:.0f} GiB of GPU memory at {GPU_GIB_PER_WORKER} GiB a worker")
 
 
 def compile_cache_env(venv: os.PathLike) -> dict:
@@ -47,7 +80,7 @@ def targets_in(args) -> list[str]:
     return found
 
 
-def case_options(spec: matrix.Session) -> list[str]:
+def case_options(spec: matrix.Session, workers: Workers | None = None) -> list[str]:
     """How a session runs its cases: in an xdist worker, so that a crash or a hang costs one
     case and not the session (a dead worker is replaced, and xdist's `load` scheduling does
     not hand the case it died on to the next one; its file-grouping modes do, see
@@ -57,12 +90,13 @@ def case_options(spec: matrix.Session) -> list[str]:
     return [
         "-p", "harness.plugin",  # cases/conftest.py loads it too: the command does not depend on that
         "--isolation=fork",
-        "-p", "xdist", "-n", os.environ.get("HARNESS_WORKERS", "1"), "--dist=load",
+        "-p", "xdist", "-n", str((workers or Workers(1, "")).count), "--dist=load",
         "--max-worker-restart=100000",  # each crash costs one case: bounded by the cases
         "--capture=tee-sys",  # sys-level capture only: a dying worker's output reaches its log
         f"--timeout={spec.case_timeout}", "--timeout-method=thread",
         "-rfEX",
         *(["--lightning-cases"] if spec.lightning_of else []),  # the Lightning axis: only what Lightning touches
+        *(["--cuda-cases"] if spec.device == "cuda" else []),  # the row's CPU cells are its CPU session's
     ]
 
 
@@ -76,16 +110,18 @@ def collect_only(args) -> bool:
     return any(arg in COLLECT_ONLY for arg in args)
 
 
-def pytest_args(spec: matrix.Session, args=()) -> list[str]:
+def pytest_args(spec: matrix.Session, args=(), workers: Workers | None = None) -> list[str]:
     """`python` arguments of the session's pytest run: every case file, unless `args` name
-    files or node ids, which then narrow the run to them."""
+    files or node ids, which then narrow the run to them; `workers` (default: choose_workers(spec))."""
     args = list(args)
-    return ["-m", "pytest", *([] if targets_in(args) else [CASES]), *case_options(spec), *args]
+    workers = workers or choose_workers(spec)
+    return ["-m", "pytest", *([] if targets_in(args) else [CASES]), *case_options(spec, workers), *args]
 
 
-def run_env(spec: matrix.Session, venv: os.PathLike) -> dict:
+def run_env(spec: matrix.Session, venv: os.PathLike, workers: Workers | None = None) -> dict:
     """Environment variables of the session's pytest run."""
-    return {SESSION_ENV: spec.name, **compile_cache_env(venv)}
+    workers = workers or choose_workers(spec)
+    return {SESSION_ENV: spec.name, WORKERS_BASIS_ENV: workers.basis, **compile_cache_env(venv)}
 
 
 # Environment that must not leak from a nox session or a surrounding pytest into a tool's runs.

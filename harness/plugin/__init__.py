@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from harness.core import limits, paths
+from harness.core.caseid import case_identity
 from harness.plugin import lightning_use
 
 
@@ -39,6 +40,9 @@ def pytest_addoption(parser):
                          "$HARNESS_ISOLATION), fork where a forked child can run cases")
     group.addoption("--lightning-cases", action="store_true",
                     help="run only the cases that use Lightning (harness.plugin.lightning_use): a Lightning-axis session")
+    group.addoption("--cuda-cases", action="store_true",
+                    help="run only the cases whose device is `cuda`: a CUDA session (the cells on the CPU of its "
+                         "torch row are its CPU session's)")
     group.addoption("--memory-limit", default=limits.memory_limit(),
                     help="data memory of each process that runs cases: N%% of this machine's memory shared "
                          "by the workers, or a size such as 8G; 0 for none. A case that exceeds it is "
@@ -84,12 +88,20 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """--lightning-cases: the cases that do not use Lightning are deselected (their outcome does not
-    depend on its release; the row's own session runs them)."""
-    if config.getoption("lightning_cases"):
-        chosen, others = lightning_use.lightning_items(items)
-        if others:
-            config.hook.pytest_deselected(items=others)
-            items[:] = chosen
+    depend on its release; the row's own session runs them). --cuda-cases: those that do not run on
+    the GPU are (the row's CPU session runs them)."""
+    for option, select in (("lightning_cases", lightning_use.lightning_items), ("cuda_cases", cuda_items)):
+        if config.getoption(option):
+            chosen, others = select(items)
+            if others:
+                config.hook.pytest_deselected(items=others)
+                items[:] = chosen
+
+
+def cuda_items(items) -> tuple[list, list]:
+    """(the cases whose `device` is cuda, the others)."""
+    on_gpu = [item for item in items if case_identity(item)["params"].get("device") == "cuda"]
+    return on_gpu, [item for item in items if item not in on_gpu]
 
 
 def _adopt_rerunfailures_option(config) -> None:

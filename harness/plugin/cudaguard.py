@@ -76,12 +76,15 @@ def gpu_visible() -> bool:
 
 
 def inherited_fault() -> str | None:
-    """In a forked child: why it cannot run a case that touches CUDA, when its parent initialised
-    CUDA before forking; None when it can."""
+    """In a forked child: why it cannot run a case, when a GPU is visible and its parent had asked the
+    CUDA runtime for something before forking (torch then marks its forked children, and refuses them
+    CUDA, which Dynamo reaches for on every compile where a GPU is visible); None when it can. Without
+    a GPU the mark means nothing: torch sets it whenever the runtime was asked for the device count,
+    which is how availability is asked where NVML is missing."""
     import torch
 
     bad_fork = getattr(torch.cuda, "_is_in_bad_fork", None)
-    if bad_fork is not None and bad_fork():
+    if bad_fork is not None and bad_fork() and gpu_visible():
         return ("CUDA was initialised in the warm process before it forked this case's process, which "
                 "therefore cannot use CUDA")
     return None

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from harness.core import caseid, matrix, outcomes, paths, records, versions
-from harness.core.sessions import SESSION_ENV
+from harness.core.sessions import SESSION_ENV, WORKERS_BASIS_ENV
 from harness.plugin import junit, workerlog
 
 
@@ -149,6 +149,8 @@ class ResultsRecorder:
             except records.ResultsError as exc:
                 raise pytest.UsageError(str(exc)) from None
             environment = self.environment.result()
+            environment["workers"] = {"count": getattr(self.config.option, "numprocesses", None) or 0,
+                                      "basis": os.environ.get(WORKERS_BASIS_ENV)}
             if self.plan is not None:
                 environment.update(reuse_keys=self.plan["keys"], reuse_sources=self.plan["sources"])
             self.writer.write(environment)

@@ -215,7 +215,7 @@ def plan(spec: matrix.Session, directory: pathlib.Path, fresh: bool = False, roo
             else:
                 carried.append({**record, "reused_from": record.get("reused_from") or origin})
     return {"session": spec.name, "keys": keys, "sources": sources, "run": run, "carried": carried,
-            "previous_environment": previous[0] if previous else None}
+            "exitstatus": exit_status(carried), "previous_environment": previous[0] if previous else None}
 
 
 def carry_everything(the_plan: dict, path: pathlib.Path) -> None:

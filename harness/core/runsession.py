@@ -1,0 +1,101 @@
+"""What a case session does, step by step, wherever its environment comes from: nox's venv (the
+noxfile's sessions) or an environment that is already there (`python -m harness run SESSION`, for a GPU
+machine or a container without a package registry). One sequence for both, so that neither can drift:
+
+  1. the machine: a CUDA session needs a GPU (unless it only collects); before anything is installed
+  2. the environment: installed by nox (`install`), or taken as it is
+  3. its pins and tools checked (`python -m harness check-env`), in that environment
+  4. the reuse plan (`python -m harness.plugin.reuse`): which families run, which records carry over;
+     with pytest arguments, none (a narrowed run neither reuses nor is reused)
+  5. pytest, the session's own command (harness.core.sessions.pytest_args)
+
+Each step runs through `step(argv, env)`, which runs a command in that environment and raises when
+it fails (nox's session.run, or run_here's subprocess).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+from typing import Callable, Optional
+
+from harness.core import envcheck, matrix, paths, sessions
+
+Step = Callable[[list, dict], object]
+
+
+class StepFailed(Exception):
+    """A step of the session exited non-zero (run_here's steps)."""
+
+    def __init__(self, argv: list, returncode: int):
+        super().__init__(f"{' '.join(map(str, argv[:4]))} ... exited with status {returncode}")
+        self.returncode = returncode
+
+
+class CarriedFailures(Exception):
+    """Nothing needed to run, and records carried over from the last run fail the session."""
+
+
+def run(spec: matrix.Session, posargs, python: str, cache_root: os.PathLike, step: Step,
+        install: Optional[Callable[[], None]] = None) -> None:
+    """The session's steps (above). Raises harness.core.errors.BadInput (the machine or the environment does not fit the
+    session), CarriedFailures, or what `step` raises."""
+    collect = sessions.collect_only(posargs)
+    if not collect:
+        envcheck.require_gpu(spec)
+    if install is not None:
+        install()
+    step([python, "-m", "harness", "check-env", spec.name, *(["--no-gpu"] if collect else [])], {})
+    workers = sessions.choose_workers(spec)
+    env = sessions.run_env(spec, cache_root, workers)
+    args = [a for a in posargs if a != sessions.FRESH]
+    if args:
+        step([python, *sessions.pytest_args(spec, args, workers)], env)
+        return
+    handle, name = tempfile.mkstemp(prefix=f"reuse-plan-{spec.name}-", suffix=".json")
+    os.close(handle)
+    plan = pathlib.Path(name)
+    try:
+        step([python, "-m", "harness.plugin.reuse", spec.name, "--plan", str(plan),
+              *(["--fresh"] if sessions.FRESH in posargs else [])], env)
+        if not plan.stat().st_size:
+            return  # `nox --install-only`: nothing was run
+        the_plan = json.loads(plan.read_text())
+        if not the_plan["run"]:  # every record reused: the results file is written
+            if the_plan["exitstatus"]:
+                raise CarriedFailures("cases fail (their records were carried over from the last run)")
+            return
+        step([python, *sessions.pytest_args(spec, [*the_plan["run"], f"--reuse-plan={plan}"], workers)], env)
+    finally:
+        plan.unlink(missing_ok=True)  # read by pytest's plugin while it runs, then no longer needed
+
+
+def run_here(session: str, posargs) -> int:
+    """`python -m harness run SESSION [pytest args]`: the session's steps in this interpreter's
+    environment, installing nothing; its compile caches where nox's would be (this environment's
+    prefix), else in the temporary directory. pytest's exit status; BadInput (exit 2) for an unknown
+    session, a machine without the GPU it needs, or an environment that does not match its pins."""
+    spec = matrix.find(session)
+    sessions.choose_workers(spec)  # a bad $HARNESS_WORKERS, before anything runs
+    prefix = pathlib.Path(sys.prefix)
+    cache_root = prefix if os.access(prefix, os.W_OK) else pathlib.Path(tempfile.gettempdir()) / f"harness-{spec.name}"
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(paths.ROOT), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])}
+
+    def step(argv: list, env: dict) -> None:
+        done = subprocess.run(argv, cwd=paths.ROOT, env={**environ, **env})
+        if done.returncode != 0:  # the step said why (check-env: one line, exit 2)
+            raise StepFailed(argv, done.returncode)
+
+    try:
+        run(spec, posargs, sys.executable, cache_root, step)
+    except StepFailed as failed:
+        return failed.returncode
+    except CarriedFailures as failed:
+        print(f"{spec.name}: {failed}", file=sys.stderr)
+        return 1
+    return 0
