@@ -1,0 +1,110 @@
+"""`python -m harness run SESSION`: a session's cases in the environment at hand (this suite's venv holds
+the main job's pins and tools), with the noxfile's steps; how many workers a session gets and why; a
+CUDA session runs its cuda cells only. A GPU is stood in for by an `nvidia-smi` on PATH where only
+its answers matter."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from harness.core import matrix, paths, records, sessions
+from tests.conftest import ROOT
+from tests.test_isolation import case_records, run_session_command, session_env  # noqa: F401 (a fixture, used by name)
+
+MAIN = next(s for s in matrix.load() if s.device == "cpu" and "latest" in s.tags)  # what this venv holds
+OLDER = next(s for s in matrix.load() if s.device == "cpu" and s.torch != MAIN.torch and not s.lightning_of)
+CUDA = next(s for s in matrix.load() if s.device == "cuda" and s.torch == MAIN.torch)
+H100 = ("#!/bin/sh\ncase \"$*\" in\n  *memory.total*) echo 81559 ;;\n"
+        "  *) echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)' ;;\nesac\n")
+
+
+def harness_run(*args, results, env=None):
+    environ = {k: v for k, v in os.environ.items() if k not in (sessions.SESSION_ENV, sessions.WORKERS_ENV)}
+    environ.update({paths.RESULTS_ENV: str(results), **(env or {})})
+    return subprocess.run([sys.executable, "-m", "harness", "run", *args], cwd=ROOT, capture_output=True,
+                          text=True, env=environ, timeout=1800)
+
+
+@pytest.fixture
+def fake_gpu_tools(tmp_path):
+    """A PATH whose nvidia-smi answers as a machine with one H100 does."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    tool = folder / "nvidia-smi"
+    tool.write_text(H100)
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    return f"{folder}{os.pathsep}{os.environ['PATH']}"
+
+
+def test_a_narrowed_run_here_writes_the_sessions_records_and_junit(tmp_path):
+    done = harness_run(MAIN.name, "cases/test_checkpoint.py", "-k", "plain_checkpoint and inductor and fullgraph",
+                       results=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"{MAIN.name}: torch {MAIN.torch}" in done.stdout  # the pin check ran, as nox's session runs it
+    back = records.read(paths.results_path(MAIN.name, tmp_path))
+    environment, cases, end = back[0], [r for r in back if r["kind"] == "case"], back[-1]
+    assert environment["identity"]["session"] == MAIN.name
+    assert environment["workers"] == {"count": 1, "basis": "a CPU session: one worker"}
+    assert {r["case"]: r["outcome"] for r in cases} == {
+        "checkpoint/plain_checkpoint[cpu-inductor-fullgraph]": "pass",
+        "checkpoint/plain_checkpoint[cuda-inductor-fullgraph]": "skip"}
+    assert end["kind"] == "end" and paths.results_path(MAIN.name, tmp_path).with_suffix(".xml").is_file()
+
+
+@pytest.mark.parametrize("session, env, says", [
+    ("cpu_torch99", {}, "error: unknown session 'cpu_torch99' (did you mean "),
+    (OLDER.name, {}, f"error: environment does not match session {OLDER.name}: torch is {MAIN.torch}"),
+    (CUDA.name, {}, f"error: session {CUDA.name} runs CUDA cases but this machine has no GPU"),
+    (MAIN.name, {sessions.WORKERS_ENV: "all"}, "error: $HARNESS_WORKERS is 'all': a number of workers, 1 or more"),
+], ids=["unknown", "other_pins", "no_gpu", "bad_workers"])
+def test_bad_input_stops_with_one_line_and_keeps_the_results_there(tmp_path, session, env, says):
+    earlier = paths.results_path(session, tmp_path)
+    earlier.write_text('{"an": "earlier run"}\n')
+    done = harness_run(session, results=tmp_path, env={**env, "PATH": "/usr/bin:/bin:" + os.path.dirname(sys.executable)})
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(says), done.stderr
+    assert earlier.read_text() == '{"an": "earlier run"}\n' and sorted(p.name for p in tmp_path.iterdir()) == [earlier.name]
+
+
+def test_a_cuda_sessions_workers_fit_its_gpu_and_cores(monkeypatch, fake_gpu_tools):
+    monkeypatch.setenv("PATH", fake_gpu_tools)
+    monkeypatch.delenv(sessions.WORKERS_ENV, raising=False)
+    cores = os.cpu_count()
+    chosen = sessions.choose_workers(CUDA)
+    assert chosen == sessions.Workers(min(cores, 81559 // 1024 // sessions.GPU_GIB_PER_WORKER),
+                                      f"{cores} cores, 80 GiB of GPU memory at 4 GiB a worker")
+    assert sessions.choose_workers(MAIN) == sessions.Workers(1, "a CPU session: one worker")
+    monkeypatch.setenv(sessions.WORKERS_ENV, "12")
+    assert sessions.choose_workers(CUDA) == sessions.Workers(12, "$HARNESS_WORKERS=12")
+    command = sessions.pytest_args(CUDA)
+    assert command[command.index("-n") + 1] == "12" and "--cuda-cases" in command
+    assert sessions.run_env(CUDA, "/venv")[sessions.WORKERS_BASIS_ENV] == "$HARNESS_WORKERS=12"
+
+
+DEVICES = """
+import pytest
+import torch
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_on(case, device):
+    case.check(torch.sin, torch.randn(3))
+
+
+def test_without_a_device(case):
+    case.check(torch.sin, torch.randn(3))
+"""
+
+
+@pytest.mark.usefixtures("session_env")
+def test_a_cuda_session_runs_its_cuda_cells_only(pytester):
+    path = pytester.makepyfile(test_devices=DEVICES)
+    run_session_command(pytester, path, session=CUDA)  # its options; recorded as $HARNESS_SESSION
+    results_file = paths.results_path(os.environ[sessions.SESSION_ENV], pytester.path / "results")
+    assert [r["case"] for r in case_records(results_file)] == ["devices/on[cuda]"]
+    assert json.loads(results_file.read_text().splitlines()[0])["workers"]["count"] == 1
