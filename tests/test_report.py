@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from harness.core import caseid, outcomes, records
-from harness.report import analysis, render
+from harness.report import render, results
 from tests.conftest import ROOT
 
 NO_GPU = "no CUDA device: torch.cuda.is_available() is False"
@@ -150,8 +150,8 @@ def test_a_bug_signature_leaves_out_numbers_addresses_and_paths():
     one = {"outcome": "fail", "exc_type": "torch._dynamo.exc.Unsupported",
            "message": "object at 0x7f00aa12 in /work/a/torch/x.py line 12 (3 of 16)\nmore"}
     two = {**one, "message": "object at 0x55ffee01 in /home/b/torch/x.py line 480 (1 of 2)"}
-    assert analysis.bug_signature(one) == analysis.bug_signature(two) == "Unsupported: object at 0x… in <path> line N (N of N)"
-    assert analysis.bug_signature({"outcome": "timeout", "message": None}) == "timeout"
+    assert results.bug_signature(one) == results.bug_signature(two) == "Unsupported: object at 0x… in <path> line N (N of N)"
+    assert results.bug_signature({"outcome": "timeout", "message": None}) == "timeout"
 
 
 def test_known_bugs_grouped_by_the_one_reference_each_case_matched(matrix):
@@ -225,6 +225,42 @@ EI_EAGER = "empty_init/init_module_around_compiled_init_call[cpu-eager-fullgraph
 FLOW = "empty_init/reporter_flow_fit_save_load_infer[cpu-inductor-fullgraph]"
 EI_GPU = "empty_init/init_call_in_compiled_fn[cuda-eager-fullgraph]"
 UNDER_MODE = "Dynamic control flow is not supported"
+
+
+def test_each_gpu_cell_against_its_cpu_twin_in_the_same_row(tmp_path):
+    # A CUDA session runs its cuda cells only; its row's CPU session ran their CPU twins.
+    only_gpu = "checkpoint/gpu_only[cuda-eager-fullgraph]"  # no CPU twin: compared with nothing
+    close = {"outcome": "fail", "message": "Tensor-likes are not close!\n\nMismatched elements: 3 / 16"}
+    write_session(tmp_path, "cpu_torch25", "2.5.1", {CK: "pass", NEST: "pass", CK_GPU: "skip", TE_GPU: "skip"})
+    write_session(tmp_path, "cuda12_torch25", "2.5.1+cu124", {CK_GPU: close, only_gpu: "pass", TE_GPU: "known"},
+                  gpu="NVIDIA H100 80GB HBM3")
+    write_session(tmp_path, "cpu_torch26", "2.6.0", {CK: "pass", NEST: "pass", CK_GPU: "skip"})
+    data = render.build([tmp_path])
+    assert [s["name"] for s in data["sessions"]] == ["cpu_torch25", "cuda12_torch25", "cpu_torch26"]  # beside its row
+    (row,) = data["cuda_against_cpu"]
+    assert (row["session"], row["cpu_session"], row["compared"], row["differences"]) == (
+        "cuda12_torch25", "cpu_torch25", 1, 1)
+    (group,) = row["groups"]
+    assert group["signature"] == "AssertionError: Tensor-likes are not close!"
+    assert group["cases"] == [{"case": CK_GPU, "twin": CK, "outcome": "fail", "cpu_outcome": "pass",
+                               "message": "Tensor-likes are not close!"}]
+    cells = {kase["case"]: kase["cells"] for kase in data["cases"]}
+    assert cells[CK_GPU]["cuda12_torch25"]["cpu_twin"] == {"case": CK, "session": "cpu_torch25", "outcome": "pass"}
+    assert "cpu_twin" not in cells[only_gpu]["cuda12_torch25"] and "cpu_twin" not in cells[CK]["cpu_torch25"]
+    text = section(render.render_markdown(data), "## Where the GPU changes an outcome")
+    assert ("- torch 2.5.1: **cuda12_torch25** (CUDA 12.4, NVIDIA H100 80GB HBM3) against **cpu_torch25**: 1 case of 1 "
+            "differ, in 1 group.") in text
+    assert f"  - AssertionError: Tensor-likes are not close!: 1 case (pass on the CPU, fail on the GPU): `{CK_GPU}`" in text
+    render.write(data, tmp_path / "out")
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert 'id="cuda"' in html and "twin-differs" in html
+
+
+def test_without_a_cuda_session_there_is_no_gpu_section(tmp_path):
+    write_session(tmp_path, "cpu_torch25", "2.5.1", {CK: "pass"})
+    data = render.build([tmp_path])
+    assert data["cuda_against_cpu"] == []
+    assert "## Where the GPU changes an outcome" not in render.render_markdown(data)
 
 
 def test_where_lightning_changes_an_outcome_per_row_grouped_by_bug(tmp_path):
@@ -379,7 +415,7 @@ def test_baseline_statuses(matrix, tmp_path):
         ("cpu_torch26", PARAM, "still failing", "known", "limitation"),
     ]  # not listed: the same documented limitation (PARAM on 2.5), fail -> skip (REGION on 2.5: no verdict),
     # and the GPU cases that skipped for want of a GPU on either side
-    assert data["baseline"]["not_in_baseline"] == ["cpu_torch24", "cpu_torch25_py310_pyg", "cuda12_torch25",
+    assert data["baseline"]["not_in_baseline"] == ["cpu_torch24", "cuda12_torch25", "cpu_torch25_py310_pyg",
                                                    "cuda12_torch26"]
     text = section(render.render_markdown(data), "## Against the baseline")
     assert f"| cpu_torch25 | `{OLD}` | **regressed** | pass | fail | Tensor-likes are not close! |" in text

@@ -1,99 +1,18 @@
 """What the regression table says, worked out once for every rendering (harness.report.render): the
 sessions and their grid, what fails on the newest torch grouped by bug, the known bugs grouped by
-the reference each case matched, regressions and fixes per version step, the other environments of
-a row. Records are read through harness.core.records; a session's line, row and label come from the
-identity its environment record carries (harness.core.matrix), never from its name.
+the reference each case matched, regressions and fixes per version step. The sessions are read by
+harness.report.results; a session against another of its row is harness.report.comparisons.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import pathlib
-
-from harness.core import caseid, outcomes, paths, records, versions
-from harness.core.errors import BadInput
+from harness.core import caseid, records, versions
 from harness.core.outcomes import FAILING, HARD, OUTCOMES, PASSING, REFERENCED, upstream_link
+from harness.report.comparisons import cpu_twins, row_cpu_session
+from harness.report.results import NOT_RUN, SessionResult, bug_signature, opening_line
 
-NOT_RUN = "not run"  # a cell without a record: the session stopped early or lacks the case
-NO_DEVICE = "no CUDA device"  # how a case that needs a GPU says it skipped (cases/conftest.py)
 BACKENDS = ("eager", "aot_eager", "inductor")
 CELL_KEYS = ("outcome", "exc_type", "message", "reference", "declared", "metrics", "duration")
-
-
-class ReportError(BadInput):
-    """Bad input to the report; the message names the file (and line)."""
-
-
-@dataclasses.dataclass
-class SessionResult:
-    environment: dict
-    cases: dict[str, dict]  # case id -> record
-    end: dict | None
-    path: pathlib.Path
-
-    @property
-    def identity(self) -> records.Identity:
-        return self.environment["identity"]
-
-    name = property(lambda self: self.identity["session"])
-    device = property(lambda self: self.identity["device"])
-    line = property(lambda self: self.identity["line"])
-    label = property(lambda self: self.identity["label"])
-    plain = property(lambda self: self.identity["plain"])
-    lightning_of = property(lambda self: self.identity.get("lightning_of"))  # the Lightning axis (schema 2 may lack it)
-    torch = property(lambda self: self.environment.get("torch") or "?")
-    version = property(lambda self: versions.torch_version(self.environment.get("torch")))
-    complete = property(lambda self: self.end is not None)
-
-    def sort_key(self):
-        """Columns: CPU first, then each CUDA line; along a line by torch version, a labelled
-        environment right after its row's plain session."""
-        return (self.device != "cpu", self.line, self.version, self.label or "", self.name)
-
-    def absent(self, case: str) -> bool:
-        """The case skipped because its device is not on the session's machine."""
-        record = self.cases.get(case)
-        if not record or record["outcome"] != "skip":
-            return False
-        device = str((record.get("params") or {}).get("device") or "")
-        return NO_DEVICE in (record.get("message") or "") or (device.startswith("cuda") and self.device == "cpu")
-
-
-def load_session(path: pathlib.Path) -> SessionResult:
-    try:
-        found = records.read(path)
-    except records.ResultsError as exc:
-        raise ReportError(str(exc)) from None
-    cases = {r["case"]: r for r in found[1:] if r["kind"] == "case"}
-    end = next((r for r in found[1:] if r["kind"] == "end"), None)
-    return SessionResult(found[0], cases, end, path)
-
-
-def load_dirs(directories) -> list[SessionResult]:
-    sessions: dict[str, SessionResult] = {}
-    for directory in map(pathlib.Path, directories):
-        if not directory.is_dir():
-            raise ReportError(f"{directory}: not a directory of results")
-        for path in paths.results_files(directory):
-            result = load_session(path)
-            if result.name in sessions:
-                raise ReportError(f"{path}: session {result.name} also in {sessions[result.name].path}")
-            sessions[result.name] = result
-    if not sessions:
-        raise ReportError(f"no results files (*{paths.RESULTS_SUFFIX}) in {', '.join(map(str, directories))}")
-    return sorted(sessions.values(), key=SessionResult.sort_key)
-
-
-def opening_line(text: str | None, limit: int = 300) -> str:
-    """The first line of a text, cut to `limit` characters."""
-    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def bug_signature(record: dict) -> str:
-    """The record's exception type and first line with numbers, addresses and paths taken out: two
-    cases with one signature fail the same way (harness.core.outcomes.bug_signature)."""
-    return outcomes.bug_signature(record.get("exc_type") or record["outcome"], record.get("message"))
 
 
 def case_order(case_id: str, record: dict):
@@ -210,60 +129,6 @@ def transitions(sessions: list[SessionResult], case_ids: list[str]) -> list[dict
     return sorted(steps, key=lambda s: order.index(s["line"]))
 
 
-def other_environments(sessions: list[SessionResult], case_ids: list[str]) -> list[dict]:
-    """Each labelled session against its own row's plain session: the cases whose outcomes differ."""
-    by_name = {s.name: s for s in sessions}
-    found = []
-    for session in (s for s in sessions if s.label and not s.lightning_of):
-        plain = by_name.get(session.plain)
-        entry = {"session": session.name, "plain": session.plain, "torch": session.torch,
-                 "python": session.environment.get("python"), "plain_missing": plain is None,
-                 "compared": 0, "differences": []}
-        for case in case_ids if plain is not None else ():
-            if case in session.cases and case in plain.cases and not (session.absent(case) or plain.absent(case)):
-                entry["compared"] += 1
-                ours, theirs = session.cases[case], plain.cases[case]
-                if ours["outcome"] != theirs["outcome"]:
-                    entry["differences"].append({"case": case, "plain_outcome": theirs["outcome"],
-                                                 "outcome": ours["outcome"], "message": opening_line(ours.get("message"))})
-        found.append(entry)
-    return found
-
-
-def lightning_differences(sessions: list[SessionResult], case_ids: list[str]) -> list[dict]:
-    """Per torch row with a Lightning-axis session: the cases whose outcome differs between the row's
-    era Lightning and the newest Lightning that supports its torch, grouped by bug (the signature of
-    the side that does not pass), largest group first, each with the bisection along Lightning."""
-    by_name = {s.name: s for s in sessions}
-    found = []
-    for newest in (s for s in sessions if s.lightning_of):
-        era = by_name.get(newest.lightning_of)
-        entry = {"session": newest.name, "era_session": newest.lightning_of, "torch": newest.torch,
-                 "lightning": newest.environment.get("lightning"), "era_missing": era is None,
-                 "era_lightning": era.environment.get("lightning") if era else None, "compared": 0, "groups": []}
-        groups: dict[str, dict] = {}
-        for case in case_ids if era is not None else ():
-            if case not in newest.cases or case not in era.cases or newest.absent(case) or era.absent(case):
-                continue
-            entry["compared"] += 1
-            old, new = era.cases[case], newest.cases[case]
-            if old["outcome"] == new["outcome"]:
-                continue
-            telling = old if new["outcome"] in PASSING else new  # the side that does not pass names the bug
-            signature = bug_signature(telling)
-            group = groups.setdefault(signature, {"signature": signature, "cases": [],
-                                                  "bisect": f"nox -s bisect -- '{case}' --along lightning "
-                                                            f"--torch {versions.torch_version(newest.torch)}"})
-            group["cases"].append({"case": case, "era_outcome": old["outcome"], "outcome": new["outcome"],
-                                   "message": opening_line(telling.get("message"))})
-        for group in groups.values():
-            group["changes"] = list(dict.fromkeys(f"{c['era_outcome']} → {c['outcome']}" for c in group["cases"]))
-        entry["groups"] = sorted(groups.values(), key=lambda g: (-len(g["cases"]), g["signature"]))
-        entry["differences"] = sum(len(g["cases"]) for g in entry["groups"])
-        found.append(entry)
-    return found
-
-
 def _state(session: SessionResult, missing: int) -> str:
     if not session.complete:
         return "incomplete: stopped early (no end record)"
@@ -283,11 +148,14 @@ def cell(session: SessionResult, case: str) -> dict:
     return found
 
 
-def session_row(s: SessionResult, case_ids: list[str]) -> dict:
+def session_row(s: SessionResult, case_ids: list[str], devices: dict | None = None) -> dict:
+    """`devices`: each case's device parameter (a CUDA session runs the cases on `cuda` only, so
+    those are what it can lack; the row's CPU session runs the others)."""
     # A Lightning-axis session runs only the cases that use Lightning: the others are not missing.
-    missing = 0 if s.lightning_of else sum(1 for c in case_ids if c not in s.cases)
+    expected = [c for c in case_ids if s.device != "cuda" or (devices or {}).get(c) == "cuda"]
+    missing = 0 if s.lightning_of else sum(1 for c in expected if c not in s.cases)
     counts: dict[str, int] = {}
-    for case in case_ids:
+    for case in expected:
         outcome = NOT_RUN if case not in s.cases else "absent" if s.absent(case) else s.cases[case]["outcome"]
         if not (s.lightning_of and outcome == NOT_RUN):
             counts[outcome] = counts.get(outcome, 0) + 1
@@ -308,9 +176,15 @@ def grid(sessions: list[SessionResult]) -> tuple[list[str], list[dict]]:
             first.setdefault(case, record)
     case_ids = sorted(first, key=lambda c: case_order(c, first[c]))
     lines = version_lines(sessions)
+    twins = {s.name: (cpu, cpu_twins(s, cpu)) for s in sessions if s.device == "cuda"
+             for cpu in [row_cpu_session(s, sessions)] if cpu is not None}
     rows = []
     for case in case_ids:
         cells = {s.name: cell(s, case) for s in sessions}
+        for name, (cpu, of) in twins.items():
+            twin = of.get(case)
+            if twin is not None and cpu.cases[twin]["outcome"] != cells[name]["outcome"]:
+                cells[name]["cpu_twin"] = {"case": twin, "session": cpu.name, "outcome": cpu.cases[twin]["outcome"]}
         folded = all(s.absent(case) for s in sessions if case in s.cases)  # every record: no device here
         since = {}
         for line, members in lines.items():

@@ -5,7 +5,7 @@ complete results file."""
 from __future__ import annotations
 
 from harness.core.outcomes import DECLARED, FAILING, HARD, PASSING
-from harness.report.analysis import NOT_RUN, SessionResult, opening_line
+from harness.report.results import NOT_RUN, SessionResult, opening_line
 
 COMPARISONS = ("regressed", "newly failing", "fixed", "new", "removed", "still failing", "flaky")
 COMPARISON_MEANING = {

@@ -17,8 +17,8 @@ import jinja2
 
 from harness.core import records, versions
 from harness.core.outcomes import OUTCOMES, upstream_link
-from harness.report import analysis, baseline as against
-from harness.report.analysis import NOT_RUN
+from harness.report import analysis, baseline as against, comparisons, results
+from harness.report.results import NOT_RUN
 
 TEMPLATES = pathlib.Path(__file__).with_name("templates")
 SYMBOLS = {**{name: o.symbol for name, o in OUTCOMES.items()}, NOT_RUN: "·"}
@@ -32,6 +32,7 @@ REUSED_MARK = "↺"
 SECTIONS = (("failing", "Failing on the newest torch"), ("known", "Known bugs and documented limitations"),
             ("transitions", "Regressions and fixes between torch versions"),
             ("lightning", "Where Lightning changes an outcome"),
+            ("cuda", "Where the GPU changes an outcome"),
             ("other-environments", "Other environments of a row"), ("baseline", "Against the baseline"),
             ("previous", "Against the previous run (for information)"),
             ("sessions", "Sessions"), ("matrix", "Matrix"))
@@ -43,13 +44,14 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
     """`baseline_dirs`: what the runs are held to (the nightly's: the committed table); `previous_dirs`:
     an informational comparison (the night before), which never sets the exit status, or
     `previous_unavailable`: why it could not be had, which does."""
-    sessions = analysis.load_dirs(directories)
-    earlier = analysis.load_dirs(baseline_dirs) if baseline_dirs else None
-    night_before = analysis.load_dirs(previous_dirs) if previous_dirs else None
+    sessions = results.load_dirs(directories)
+    earlier = results.load_dirs(baseline_dirs) if baseline_dirs else None
+    night_before = results.load_dirs(previous_dirs) if previous_dirs else None
     case_ids, rows = analysis.grid(sessions)
     data = {
         "schema": records.SCHEMA_VERSION,
-        "sessions": [analysis.session_row(s, case_ids) for s in sessions],
+        "sessions": [analysis.session_row(s, case_ids, {row["case"]: row["params"].get("device") for row in rows})
+                     for s in sessions],
         "families": sorted({row["family"] for row in rows}),
         "cases": rows,
         "folded": [row["case"] for row in rows if row["folded"]],
@@ -57,8 +59,9 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
         "failing": analysis.failing_groups(sessions, case_ids),
         "known": analysis.known_groups(sessions, case_ids),
         "transitions": analysis.transitions(sessions, case_ids),
-        "lightning": analysis.lightning_differences(sessions, case_ids),
-        "other_environments": analysis.other_environments(sessions, case_ids),
+        "lightning": comparisons.lightning_differences(sessions, case_ids),
+        "cuda_against_cpu": comparisons.cuda_against_cpu(sessions),
+        "other_environments": comparisons.other_environments(sessions, case_ids),
         "baseline": against.compare(sessions, earlier) if earlier is not None else None,
         "previous": against.compare(sessions, night_before) if night_before is not None else None,
         "previous_unavailable": previous_unavailable,
