@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout, for `harness`
 
-from harness.core import matrix, paths, records, sessions, venvs  # noqa: E402
+from harness.core import matrix, paths, records, sessions, timings, venvs  # noqa: E402
 from harness.core.paths import ROOT  # noqa: E402
 
 
@@ -163,7 +163,7 @@ def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str, 
             seconds[name] = timed([sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "-s", name,
                                    "--envdir", str(ROOT / ".nox"), *(["--", *extra] if extra else [])],
                                   env={paths.RESULTS_ENV: str(into)}, cwd=project)
-            end = records.read(into / f"{name}.jsonl")[-1]
+            end = timings.read(into / f"{name}.jsonl")
             print(f"    {name:34s} {seconds[name]:7.1f} s through nox, {end.get('seconds', 0):7.1f} s in pytest",
                   flush=True)
         return seconds
@@ -175,7 +175,7 @@ def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str, 
     figures = {}
     print("  matrix cold (every case afresh, empty compile caches):", flush=True)
     figures["cold"] = run_all(ROOT, results, "--fresh")
-    figures["cold_pytest"] = {name: records.read(results / f"{name}.jsonl")[-1].get("seconds", 0) for name in names}
+    figures["cold_pytest"] = {name: timings.read(results / f"{name}.jsonl").get("seconds", 0) for name in names}
     figures["families"] = {name: per_family(results / f"{name}.jsonl") for name in names}
     warm = work / "warm-results"
     shutil.copytree(results, warm, ignore=shutil.ignore_patterns("previous", "repro"))
@@ -208,9 +208,9 @@ def _outcomes(path: pathlib.Path) -> dict:
 
 def per_family(path: pathlib.Path) -> dict:
     times: dict[str, float] = {}
-    for record in records.read(path):
+    for record in timings.merged(records.read(path), timings.read(path)):
         if record["kind"] == "case":
-            times[record["family"]] = times.get(record["family"], 0.0) + record["duration"]
+            times[record["family"]] = times.get(record["family"], 0.0) + (record.get("duration") or 0.0)
     return times
 
 

@@ -35,6 +35,19 @@ def run_session(args) -> int:
     return runsession.run_here(args.session, args.pytest_args)
 
 
+def stale(args) -> int:
+    """Which rows of the table a fresh clone's `nox` would measure again, by family: 0 whatever they are
+    (staleness is reported, not a failure), 1 with --check when one is."""
+    from harness.report import staleness
+
+    table = pathlib.Path(args.results) if args.results else paths.results_dir()
+    if not table.is_dir():
+        raise BadInput(f"{table}: no such directory of results")
+    found = staleness.stale_rows(table)
+    print(staleness.explain(found, len(paths.results_files(table))))
+    return 1 if args.check and found else 0
+
+
 def report(args) -> int:
     """Write the report; its exit status is the nightly's: 1 for each reason printed (an expected
     session without a complete results file; a regression or a new failing case against the
@@ -137,6 +150,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="...",
                      help="after the session: pytest arguments that narrow it, as after `nox -s SESSION --`")
     run.set_defaults(func=run_session)
+    stl = commands.add_parser("stale", help="which rows of the table were measured with other code or installs "
+                              "than this checkout's, by family, and the command that measures them again")
+    stl.add_argument("--results", metavar="DIR", help="the table (default: the results dir)")
+    stl.add_argument("--check", action="store_true", help="exit 1 when a row is stale")
+    stl.set_defaults(func=stale)
     rep = commands.add_parser("report", help="merge results files into REPORT.md, report.html, report.json")
     rep.add_argument("dirs", nargs="*", metavar="DIR", help="directories of *.jsonl results (default: results)")
     rep.add_argument("--baseline", nargs="+", metavar="DIR", help="results of an earlier run to compare with")

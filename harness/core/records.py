@@ -215,6 +215,15 @@ def identity(session: str, torch: str | None = None, gpu: bool = False) -> Ident
                         lightning_of=None)
 
 
+def end_record(exitstatus: int, counts: dict, reused: int, seconds: float | None = None) -> EndRecord:
+    """The record that closes a finished run: pytest's exit status, the cases by outcome, how many
+    were carried over from an earlier run, and (for its timings file, harness.core.timings) its seconds."""
+    record = EndRecord(schema=SCHEMA_VERSION, kind="end", exitstatus=exitstatus, counts=counts, reused=reused)
+    if seconds is not None:
+        record["seconds"] = seconds
+    return record
+
+
 def case_record(data: PhaseData, **more) -> CaseRecord:
     """A case record from what a run reported (`data`: the worst phase's)."""
     record = {"kind": "case", **{key: data.get(key) for key in CASE_KEYS}, **more}

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from harness.core import caseid, matrix, outcomes, paths, records, versions
+from harness.core import caseid, matrix, outcomes, paths, records, timings, versions
 from harness.core.sessions import SESSION_ENV, WORKERS_BASIS_ENV
 from harness.plugin import junit, workerlog
 
@@ -143,11 +143,14 @@ class ResultsRecorder:
     # --- records ---
 
     def _write(self, record: dict) -> None:
+        """A record into the results file, its times into the timings file beside it."""
+        record, times = timings.split(record)
         if self.writer is None:
             try:
                 self.writer = records.ResultsWriter(self.path)
             except records.ResultsError as exc:
                 raise pytest.UsageError(str(exc)) from None
+            self.timings = timings.Writer(self.path)
             environment = self.environment.result()
             environment["workers"] = {"count": getattr(self.config.option, "numprocesses", None) or 0,
                                       "basis": os.environ.get(WORKERS_BASIS_ENV)}
@@ -155,6 +158,8 @@ class ResultsRecorder:
                 environment.update(reuse_keys=self.plan["keys"], reuse_sources=self.plan["sources"])
             self.writer.write(environment)
         self.writer.write(record)
+        if times is not None and not record.get("reused_from"):  # a carried record was not timed in this run
+            self.timings.write(times)
 
     def pytest_runtest_logstart(self, nodeid, location):
         """Where the case's function is (xdist forwards this before the case runs: a crash has it too)."""
@@ -199,15 +204,11 @@ class ResultsRecorder:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a failure stays one when it is carried over
         if self.writer is None:
             return
-        self.writer.write({
-            "kind": "end",
-            "exitstatus": int(session.exitstatus),
-            "counts": self.counts,
-            "reused": len(carried),
-            "seconds": round(time.time() - self.started, 2),
-        })
+        self._write(records.end_record(int(session.exitstatus), self.counts, len(carried),
+                                       round(time.time() - self.started, 2)))
         self.writer.close()
-        junit.write(self.path.with_suffix(".xml"), records.read(self.path))
+        self.timings.close()
+        junit.write(self.path.with_suffix(".xml"), timings.merged(records.read(self.path), timings.read(self.path)))
 
     def pytest_terminal_summary(self, terminalreporter):
         if self.environment is not None:

@@ -37,16 +37,14 @@ import shutil
 import subprocess
 import sys
 
-from harness.core import caseid, limits, matrix, outcomes, paths, records
+from harness.core import caseid, limits, matrix, outcomes, paths, records, timings
+from harness.core.sources import family_files, source_digests
 from harness.core.errors import BadInput
 from harness.plugin import junit
 from harness.plugin.environment import git_commit, installed_packages
 
 REUSE_FROM_ENV = "HARNESS_REUSE_FROM"  # a directory of results files to reuse from (default: the results dir)
 FRESH_ENV = "HARNESS_FRESH"
-# The harness folders that run in a session (the layering keeps them from importing the others): a
-# change to any other module (the report, repro, bisect) re-runs nothing.
-SESSION_FOLDERS = ("core", "plugin")
 
 
 def _digest(data) -> str:
@@ -134,38 +132,6 @@ def machine(spec: matrix.Session) -> dict:
     return facts
 
 
-def session_modules(root: pathlib.Path = paths.ROOT) -> list[pathlib.Path]:
-    """The harness modules a session's run may load: the package's own __init__ and every module of
-    the session's folders (what cases import, casekit and properties, among them)."""
-    package = root / "harness"
-    return [package / "__init__.py", *sorted(p for folder in SESSION_FOLDERS for p in (package / folder).rglob("*.py"))]
-
-
-def family_files(root: pathlib.Path = paths.ROOT) -> dict[str, pathlib.Path]:
-    return caseid.family_files(root / "cases")
-
-
-def case_support_files(root: pathlib.Path = paths.ROOT) -> list[pathlib.Path]:
-    """What every family may import besides the harness: cases/conftest.py and the modules under
-    cases/ that are not case files (the property cases' programs, cases/programs/; shared declarations)."""
-    return [p for p in sorted((root / "cases").rglob("*.py")) if not p.name.startswith(caseid.TEST_PREFIX)]
-
-
-def source_digests(root: pathlib.Path = paths.ROOT) -> dict[str, str]:
-    """Every source the keys hold, by its path from the checkout's root ('/'-separated): the same in
-    every clone of one commit."""
-    files = [*session_modules(root), *case_support_files(root), *family_files(root).values()]
-    return {p.relative_to(root).as_posix(): _digest(p.read_bytes()) for p in files}
-
-
-def source_changes(recorded: dict, now: dict) -> list[str]:
-    """What differs between the sources a run recorded and those at hand: `changed PATH`, `added
-    PATH` (not in the run's), `removed PATH` (in the run's only)."""
-    return ([f"changed {p}" for p in sorted(set(recorded) & set(now)) if recorded[p] != now[p]]
-            + [f"added {p}" for p in sorted(set(now) - set(recorded))]
-            + [f"removed {p}" for p in sorted(set(recorded) - set(now))])
-
-
 def options(spec: matrix.Session) -> dict:
     """The options of a session's run that change outcomes."""
     return {"case_timeout": spec.case_timeout, "reruns": limits.case_reruns(), "memory_limit": limits.memory_limit()}
@@ -230,11 +196,10 @@ def carry_everything(the_plan: dict, path: pathlib.Path) -> None:
                   "git_commit": git_commit(), "reuse_keys": the_plan["keys"], "reuse_sources": the_plan["sources"],
                   "reused_from": reused_from})
     counts: dict[str, int] = {}
-    for record in the_plan["carried"]:
-        writer.write({k: v for k, v in record.items() if k != "schema"})
+    for record in the_plan["carried"]:  # the times of the run that measured them stay out (harness.core.timings)
+        writer.write({k: v for k, v in timings.split(record)[0].items() if k != "schema"})
         counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
-    writer.write({"kind": "end", "exitstatus": exit_status(the_plan["carried"]), "counts": counts,
-                  "reused": len(the_plan["carried"]), "seconds": 0})
+    writer.write(records.end_record(exit_status(the_plan["carried"]), counts, len(the_plan["carried"])))
     writer.close()
     junit.write(path.with_suffix(".xml"), records.read(path))
 

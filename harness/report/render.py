@@ -17,7 +17,7 @@ import jinja2
 
 from harness.core import records, versions
 from harness.core.outcomes import OUTCOMES, upstream_link
-from harness.report import analysis, baseline as against, comparisons, results
+from harness.report import analysis, baseline as against, comparisons, results, staleness
 from harness.report.results import NOT_RUN
 
 TEMPLATES = pathlib.Path(__file__).with_name("templates")
@@ -67,6 +67,12 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
         "previous_unavailable": previous_unavailable,
         "expected": list(expect),
     }
+    data["stale"] = [row.as_dict() for directory in directories for row in staleness.stale_rows(pathlib.Path(directory),
+                                                                                                   unknown=False)]
+    stale = {row["session"]: row for row in data["stale"]}
+    for session in data["sessions"]:
+        session["stale"] = stale.get(session["name"])
+    data["stale_command"] = staleness.refresh_command([staleness.StaleRow(**row) for row in data["stale"]])
     data["reused"] = sum(s["reused"] for s in data["sessions"])
     data["verdict"] = against.verdict(data, expect, fail_on_regression)
     data["summary_parts"] = summary_parts(data)
@@ -105,6 +111,10 @@ def summary_parts(data: dict) -> list[str]:
         parts.append(f"{_plural(len(data['folded']), 'case')} never ran on any session's device (folded).")
     if data["reused"]:
         parts.append(f"{_plural(data['reused'], 'record')} reused from earlier runs, not measured in this one.")
+    if data["stale"]:
+        parts.append(f"{_plural(len(data['stale']), 'row')} measured with other code or installs than this checkout's "
+                     f"(`python -m harness stale` says which families and why; `{data['stale_command']}` measures "
+                     "them again).")
     incomplete = [s["name"] for s in sessions if not s["complete"]]
     if incomplete:
         parts.append(f"Incomplete: {', '.join(incomplete)}.")

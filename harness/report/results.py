@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from harness.core import outcomes, paths, records, versions
+from harness.core import outcomes, paths, records, timings, versions
 from harness.core.errors import BadInput
 
 NOT_RUN = "not run"  # a cell without a record: the session stopped early or lacks the case
@@ -55,7 +55,7 @@ class SessionResult:
 
 def load_session(path: pathlib.Path) -> SessionResult:
     try:
-        found = records.read(path)
+        found = timings.merged(records.read(path), timings.read(path))  # times where this run's are kept
     except records.ResultsError as exc:
         raise ReportError(str(exc)) from None
     cases = {r["case"]: r for r in found[1:] if r["kind"] == "case"}

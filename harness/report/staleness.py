@@ -1,0 +1,91 @@
+"""Which rows of a table were measured with other code or other installs than the checkout's, by family:
+what a fresh clone's `nox` would measure again. Reported, never a failure: by `python -m harness stale`,
+on the report's page and REPORT.md, after `nox -s tests`, and in the PR check.
+
+Each results file keeps a digest of every source its reuse keys hold (`reuse_sources`,
+harness.core.sources: code only, so a comment or a docstring changes nothing) and the distributions its
+venv held (`packages`). A family is stale when its own case file changed; every family of a row is, when
+a source they share changed (the session-side harness, cases/conftest.py, cases/programs/) or when what
+the row's session installs now (its pins, the `session` extra of pyproject.toml) is not what it was
+measured with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+from harness.core import envcheck, matrix, paths, records, sources, venvs
+
+ALL = "every family"
+
+
+@dataclasses.dataclass
+class StaleRow:
+    session: str
+    families: list[str]  # the families to measure again (all of them: every family of the row)
+    why: list[str]  # what changed, each a line
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def installs_differ(environment: dict) -> list[str]:
+    """What the row's session installs now (its pins and the tools' bounds) that the distributions it
+    was measured with do not satisfy."""
+    try:
+        spec = matrix.find(environment["identity"]["session"])
+    except matrix.MatrixError:
+        return ["its session is no longer in the matrix"]
+    measured = dict(entry.split("==", 1) for entry in environment.get("packages") or [] if "==" in entry)
+    return [f"installs {why}" for why in envcheck.unmet([*spec.requirements, *venvs.HARNESS_REQUIREMENTS], measured)]
+
+
+def stale_rows(table: pathlib.Path | None = None, now: dict | None = None,
+               root: pathlib.Path = paths.ROOT, unknown: bool = True) -> list[StaleRow]:
+    """Each row of `table` (default: the committed table, results/) measured with other code or other
+    installs than the checkout's, and which of its families that concerns. `unknown=False`: a row that
+    does not say what it was measured with (a narrowed run, results made by hand) is left out."""
+    table = paths.results_dir(root) if table is None else table
+    now = sources.source_digests(root) if now is None else now
+    families = {path.relative_to(root).as_posix(): family for family, path in sources.family_files(root).items()}
+    found = []
+    for path in paths.results_files(table):
+        environment = records.read(path)[0]
+        session = environment["identity"]["session"]
+        if not unknown and not (environment.get("reuse_keys") and environment.get("reuse_sources") is not None):
+            continue
+        if not environment.get("reuse_keys"):
+            found.append(StaleRow(session, [ALL], ["no reuse keys: a run narrowed by pytest arguments"]))
+            continue
+        if environment.get("reuse_sources") is None:
+            found.append(StaleRow(session, [ALL], ["no reuse_sources: measured before results kept their sources"]))
+            continue
+        changes = sources.source_changes(environment["reuse_sources"], now)
+        installs = installs_differ(environment)
+        changed_files = [change.split(" ", 1)[1] for change in changes]
+        if installs or any(path not in families for path in changed_files):
+            stale = [ALL]
+        else:
+            stale = sorted({families[path] for path in changed_files})
+        if changes or installs:
+            found.append(StaleRow(session, stale, [*changes, *installs]))
+    return found
+
+
+def refresh_command(stale: list[StaleRow]) -> str:
+    """What measures the stale rows again and rewrites the report (a session whose cases fail exits 1:
+    the report runs whatever they exit with)."""
+    return f"nox -s {' '.join(row.session for row in stale)}; nox -s report"
+
+
+def explain(stale: list[StaleRow], rows: int, shown: int = 6) -> str:
+    if not stale:
+        return f"All {rows} rows of the table were measured with this checkout's code and installs."
+    lines = [f"{len(stale)} of {rows} rows of the table were measured with other code or other installs than "
+             "this checkout's (a fresh clone's `nox` measures those families again):"]
+    for row in stale:
+        more = f" and {len(row.why) - shown} more" if len(row.why) > shown else ""
+        lines.append(f"  {row.session}: {', '.join(row.families)}: {'; '.join(row.why[:shown])}{more}")
+    lines.append(f"Measure them again, then commit results/: {refresh_command(stale)}")
+    return "\n".join(lines)

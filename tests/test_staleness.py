@@ -1,0 +1,86 @@
+"""Staleness of the table, reported by row and family (harness.report.staleness), through the real
+command (`python -m harness stale`) on a copy of the project: a comment or a docstring marks no row
+stale, a change to a family's case file marks that family on every row, a change to the code the
+families share or to a row's pins marks every family. The committed table is not held to the checkout
+here: `nox -s tests` prints what is stale, and the report shows it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from harness.core import matrix, paths, records, sources, venvs
+from harness.report import staleness
+from tests.conftest import ROOT, copy_project
+
+ROWS = ("cpu_torch213", "cpu_torch214")
+
+
+def satisfying(requirement: str) -> str:
+    """`name==version` of a distribution that meets `requirement`."""
+    from packaging.requirements import Requirement
+
+    wanted = Requirement(requirement)
+    pins = [s.version for s in wanted.specifier if s.operator in ("==", ">=")]
+    return f"{wanted.name}=={pins[0] if pins else '1'}"
+
+
+def plant_rows(table, root, pins_of=None):
+    """A results file per row whose sources are `root`'s as they are now, installs as its pins say."""
+    now = sources.source_digests(root)
+    for session in ROWS:
+        spec = matrix.find(pins_of or session)
+        writer = records.ResultsWriter(paths.results_path(session, table))
+        writer.write({"kind": "environment", "session": session, "identity": matrix.find(session).identity,
+                      "torch": spec.torch, "reuse_keys": {"checkpoint": "k"}, "reuse_sources": now,
+                      "packages": [satisfying(r) for r in [*spec.requirements, *venvs.HARNESS_REQUIREMENTS]]})
+        writer.close()
+
+
+def stale(project, table) -> str:
+    done = subprocess.run([sys.executable, "-m", "harness", "stale", "--results", str(table)], cwd=project,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def edit(path, old, new):
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_only_a_change_of_code_marks_rows_stale_and_it_names_the_families(tmp_path):
+    project = copy_project(tmp_path / "project")
+    table = tmp_path / "table"
+    plant_rows(table, project)
+    assert stale(project, table).startswith("All 2 rows of the table were measured with this checkout's code")
+    # A comment, a docstring and blank lines: no outcome can change.
+    edit(project / "harness" / "core" / "outcomes.py", "\n\n", "\n\n# a comment added by the test\n\n\n")
+    edit(project / "cases" / "test_checkpoint.py", '"""', '"""A docstring line added by the test.\n')
+    assert stale(project, table).startswith("All 2 rows")
+    # A family's case: that family, on every row.
+    edit(project / "cases" / "test_checkpoint.py", "\nimport ", "\nassert True\nimport ")
+    said = stale(project, table)
+    assert said.startswith("2 of 2 rows") and "\n  cpu_torch213: checkpoint: changed cases/test_checkpoint.py" in said
+    assert "nox -s cpu_torch213 cpu_torch214; nox -s report" in said
+    # Code every family shares: every family.
+    edit(project / "harness" / "core" / "outcomes.py", "\nimport ", "\nassert True\nimport ")
+    assert "\n  cpu_torch214: every family: changed cases/test_checkpoint.py; changed harness/core/outcomes.py" in \
+        stale(project, table)
+
+
+def test_a_row_measured_with_other_pins_is_stale_in_every_family(tmp_path):
+    plant_rows(tmp_path, ROOT, pins_of="cpu_torch215")
+    found = {row.session: row for row in staleness.stale_rows(tmp_path)}
+    assert found["cpu_torch214"].families == [staleness.ALL]
+    assert any(why.startswith("installs torch is 2.15.0 (needs torch==2.14") for why in found["cpu_torch214"].why)
+
+
+def test_a_row_without_its_sources_is_stale(tmp_path):
+    writer = records.ResultsWriter(paths.results_path("cpu_torch213", tmp_path))
+    writer.write({"kind": "environment", "session": "cpu_torch213", "identity": matrix.find("cpu_torch213").identity,
+                  "reuse_keys": {"checkpoint": "k"}})
+    writer.close()
+    (row,) = staleness.stale_rows(tmp_path)
+    assert row.families == [staleness.ALL] and row.why[0].startswith("no reuse_sources")
