@@ -36,7 +36,7 @@ os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 SESSIONS = matrix.load()
 venvs.find_interpreters(s.python for s in SESSIONS)
 # The main job, and the only session plain `nox` runs: the newest torch on CPU.
-DEFAULT_SESSION = next(s for s in SESSIONS if s.device == "cpu" and "latest" in s.tags)
+DEFAULT_SESSION = matrix.main_session(SESSIONS)
 
 
 def run_cases(session: nox.Session, spec: matrix.Session) -> None:
@@ -131,9 +131,9 @@ def explore(session: nox.Session) -> None:
         del args[at:at + 2]
     if not examples.isdigit() or int(examples) < 1:
         session.error(f"--examples wants a positive number of examples, not {examples!r}")
-    venv = venvs.ensure_venv(spec.name).parent.parent
+    venv = venvs.venv_of(venvs.ensure_venv(spec.name))
     env = {**sessions.run_env(spec, venv), properties.EXPLORE_ENV: examples}
     select = [] if "-k" in args else ["-k", "property"]
-    explored = paths.results_dir() / "explore"  # apart from the table's records
-    session.run(str(venv / "bin" / "python"), *sessions.pytest_args(spec, [*select, "--results-dir",
+    explored = paths.results_subdir(paths.EXPLORE)  # apart from the table's records
+    session.run(str(venvs.python_in(venv)), *sessions.pytest_args(spec, [*select, "--results-dir",
                                                                            str(explored), *args]), env=env)

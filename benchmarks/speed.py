@@ -18,7 +18,7 @@ Parts:
   matrix    every CPU session of the matrix through nox, one after another, in the checkout's venvs:
             cold (every case afresh, `-- --fresh`, compile caches emptied; results into --results),
             warm with nothing changed (into a copy of those results), and warm after one family's
-            file changed (a copy of the project with a comment added to it); per session (through nox
+            file changed (a copy of the project with a line of code added to it); per session (through nox
             and in pytest), per family; --tag narrows it (`--tag lightning`: the Lightning axis)
 Targets: warm environment <= 5 s; warm session <= 1/3 of cold; harness overhead < 5 %;
 matrix warm with nothing changed < 60 s in all.
@@ -72,7 +72,7 @@ def env_creation(spec, work: pathlib.Path, skip_cold_pip: bool) -> dict:
         venv = work / name
         start = time.perf_counter()
         subprocess.run(["uv", "venv", "-q", "-p", python, str(venv)], check=True)
-        subprocess.run(["uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *requirements],
+        subprocess.run(["uv", "pip", "install", "-q", "--python", str(venvs.python_in(venv)), *requirements],
                        check=True, env={**os.environ, **({"UV_CACHE_DIR": str(cache)} if cache else {})})
         figures[name] = time.perf_counter() - start
         shutil.rmtree(venv)
@@ -81,7 +81,7 @@ def env_creation(spec, work: pathlib.Path, skip_cold_pip: bool) -> dict:
         venv = work / name
         start = time.perf_counter()
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *cache_args, *requirements],
+        subprocess.run([str(venvs.python_in(venv)), "-m", "pip", "install", "-q", *cache_args, *requirements],
                        check=True, env={**os.environ, **no_local_wheels})
         figures[name] = time.perf_counter() - start
         shutil.rmtree(venv)
@@ -178,7 +178,7 @@ def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str, 
     figures["cold_pytest"] = {name: timings.read(results / f"{name}.jsonl").get("seconds", 0) for name in names}
     figures["families"] = {name: per_family(results / f"{name}.jsonl") for name in names}
     warm = work / "warm-results"
-    shutil.copytree(results, warm, ignore=shutil.ignore_patterns("previous", "repro"))
+    shutil.copytree(results, warm, ignore=shutil.ignore_patterns(paths.PREVIOUS, paths.REPRO, paths.TIMINGS))
     print("  matrix warm, nothing changed:", flush=True)
     figures["warm"] = run_all(ROOT, warm)
     figures["same_outcomes"] = {name: _outcomes(results / f"{name}.jsonl") == _outcomes(warm / f"{name}.jsonl")
@@ -191,9 +191,10 @@ def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str, 
     for name in ("noxfile.py", "pyproject.toml"):
         shutil.copy2(ROOT / name, project / name)
     case_file = project / "cases" / f"test_{changed_family}.py"
-    case_file.write_text(case_file.read_text() + "\n# changed, for the benchmark\n")
+    # A change of code: a comment alone re-runs nothing (harness.core.sources).
+    case_file.write_text(case_file.read_text() + "\nCHANGED_FOR_THE_BENCHMARK = True\n")
     changed = work / "changed-results"
-    shutil.copytree(results, changed, ignore=shutil.ignore_patterns("previous", "repro"))
+    shutil.copytree(results, changed, ignore=shutil.ignore_patterns(paths.PREVIOUS, paths.REPRO, paths.TIMINGS))
     print(f"  matrix warm, cases/test_{changed_family}.py changed:", flush=True)
     figures["changed"] = run_all(project, changed)
     figures["changed_family"] = changed_family

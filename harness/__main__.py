@@ -271,7 +271,7 @@ def explore_summary(args) -> int:
     """Prints (and appends to $GITHUB_STEP_SUMMARY) what an explore run found; 0 whatever it found."""
     from harness.report import explore
 
-    folders = [pathlib.Path(d) for d in args.dirs] or [paths.results_dir() / "explore"]
+    folders = [pathlib.Path(d) for d in args.dirs] or [paths.results_subdir(paths.EXPLORE)]
     environments, cells = explore.explored([f for folder in folders for f in explore.results_files(folder, args.session)])
     text = explore.markdown(environments, cells)
     print(text)

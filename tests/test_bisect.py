@@ -133,7 +133,7 @@ needs_registry = pytest.mark.skipif("not registry_reachable()", reason="the pack
 @needs_registry
 def test_along_lightning_the_releases_from_the_rows_own_to_the_newest_that_supports_its_torch(tmp_path):
     era, newest = matrix.find("cpu_torch25"), matrix.find("cpu_torch25_lightning_newest")
-    shared = venvs.lightning_venv(era, tmp_path) / "bin" / "python"
+    shared = venvs.python_in(venvs.lightning_venv(era, tmp_path))
     targets = bisect_targets.lightning_targets("2.5", envdir=tmp_path)  # nothing built: every release in the row's one venv
     assert all(t.outside and t.python == shared for t in targets)
     for end in (era, newest):  # the ends' session venvs, once built, are used as they are
@@ -185,7 +185,7 @@ def test_a_bisection_along_lightning_names_the_first_release_that_changes(monkey
         if fresh:
             built.append(spec.lightning)
             (location / "bin").mkdir(parents=True)
-            (location / "bin" / "python").write_text("")
+            venvs.python_in(location).write_text("")
         return location / "bin" / "python", fresh
 
     monkeypatch.setattr(bisect, "targets_of", lambda args: targets)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness.core import paths, records
+from harness.core import matrix, paths, records
 from harness.report import explore
 from tests.conftest import ROOT, run_nox
 
@@ -27,11 +27,11 @@ def test_one_explore_run_reaches_every_op_class_through_every_family(tmp_path):
     # each from one seed: every class of op the catalogue sorts ops into is judged in every family.
     # (hypothesis's draws clump: at 50 this seed drew no in-place op for empty_init; shrinking's runs
     # come on top of the 100, and where a drawn example fails they can cost most of this test's time)
-    done = run_nox(ROOT, "-s", "explore", "--", "cpu_torch215", "--examples", "100", "-k",
+    done = run_nox(ROOT, "-s", "explore", "--", matrix.main_session().name, "--examples", "100", "-k",
                    "property and _op and eager and not aot_eager and not cuda", results=tmp_path,
                    env={"HARNESS_EXPLORE_SEED": "11"})
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
-    environments, cells = explore.explored([tmp_path / "explore" / "cpu_torch215.jsonl"])
+    environments, cells = explore.explored([tmp_path / "explore" / f"{matrix.main_session().name}.jsonl"])
     assert sorted(c["family"] for c in cells) == sorted(FAMILIES)
     table = explore.classes_by_family(cells)
     missing = [(family, name) for family in FAMILIES for name in OP_CLASSES if not table.get(family, {}).get(name)]

@@ -1,6 +1,6 @@
 """Whatever a case raises, prints or writes, its record stays honest and bounded, and the checkout
 stays clean: through the sessions' own pytest command (real xdist, real torch, forked cases), and
-once through `nox -s cpu_torch215 -- FILE` on a planted file (tests/planted/faulty_records.py)."""
+once through `nox -s <the main job> -- FILE` on a planted file (tests/planted/faulty_records.py)."""
 
 import pathlib
 import shutil
@@ -143,7 +143,7 @@ def test_a_missing_dependency_is_one_line_for_every_command(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     commands = {"check-env": ["cuda12_torch25"], "report": [], "repro": ["checkpoint/x"],
                 "bisect": ["checkpoint/x"], "sweep": ["checkpoint/x"], "reduce": ["checkpoint/x", "--session", "s"],
-                "lightning-newest": [], "explore-summary": []}
+                "lightning-newest": [], "explore-summary": [], "run": ["cpu_torch25"], "stale": []}
     from harness.__main__ import parser
     assert set(commands) == set(parser()._subparsers._group_actions[0].choices)  # every command
     for name, args in commands.items():

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from harness.core import matrix, records, sessions
+from harness.core import matrix, paths, records, sessions
 from tests.conftest import ROOT, copy_project, run_nox
 
-SESSION = matrix.find("cpu_torch215")
+SESSION = matrix.main_session()  # what the tests venv holds
 
 PLANTED_HEADER = "import ctypes, os, signal, threading\nimport pytest\nimport torch\n"
 
@@ -252,7 +252,7 @@ def nox_session(project, name, results, *args):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["cpu_torch215", "cpu_torch25"])
+@pytest.mark.parametrize("name", [SESSION.name, "cpu_torch25"])
 def test_planted_faults_in_a_real_family_through_nox(tmp_path, name):
     spec = matrix.find(name)
     clean = copy_project(tmp_path / "clean")
@@ -344,21 +344,21 @@ def test_planted_leaks_change_no_other_case_through_nox(tmp_path):
     planted = project / "cases" / "test_leaks.py"
     planted.write_text(LEAKS)
     results = tmp_path / "results"
-    done, _ = nox_session(project, "cpu_torch215", results, "cases/test_leaks.py")
+    done, _ = nox_session(project, SESSION.name, results, "cases/test_leaks.py")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    cases = by_variant(case_records(results / "cpu_torch215.jsonl"))
+    cases = by_variant(case_records(paths.results_path(SESSION.name, results)))
     expected = {node.name[len("test_"):]: ALONE.get(node.name[len("test_"):], "pass")
                 for node in ast.parse(LEAKS).body if isinstance(node, ast.FunctionDef)}
     assert {n: r["outcome"] for n, r in cases.items()} == expected, {n: r["message"] for n, r in cases.items()}
     # The same file with every case in the worker: the leaks are real, and would have changed outcomes.
     shared = tmp_path / "shared"
-    done, _ = nox_session(project, "cpu_torch215", shared, "cases/test_leaks.py", "--isolation=none")
-    together = {n: r["outcome"] for n, r in by_variant(case_records(shared / "cpu_torch215.jsonl")).items()}
+    done, _ = nox_session(project, SESSION.name, shared, "cases/test_leaks.py", "--isolation=none")
+    together = {n: r["outcome"] for n, r in by_variant(case_records(paths.results_path(SESSION.name, shared))).items()}
     assert {n for n in expected if together[n] != expected[n]} == {
         "sees_no_anomaly_mode", "sees_highest_matmul_precision", "sees_no_deterministic_algorithms",
         "sees_the_real_sin", "registers_the_same_op", "fails_unless_a_global_was_set"}, together
     # And each case alone, in a session of its own, has the outcome the forked run gave it.
     for name in ("sees_the_real_sin", "fails_unless_a_global_was_set"):
         alone = tmp_path / f"alone-{name}"
-        nox_session(project, "cpu_torch215", alone, f"cases/test_leaks.py::test_{name}", "--isolation=none")
-        assert case_records(alone / "cpu_torch215.jsonl")[0]["outcome"] == expected[name]
+        nox_session(project, SESSION.name, alone, f"cases/test_leaks.py::test_{name}", "--isolation=none")
+        assert case_records(paths.results_path(SESSION.name, alone))[0]["outcome"] == expected[name]

@@ -74,3 +74,17 @@ def test_a_record_without_location_has_no_file_attribute():
     record = {"kind": "case", "case": "family/old", "family": "family", "outcome": "pass", "duration": 0.1}
     element = junit.testcase(record)
     assert element.get("file") is None and element.get("line") is None
+
+
+def test_control_characters_in_a_message_leave_the_file_well_formed(tmp_path):
+    message = "colour \x1b[31mred\x1b[0m, a NUL \x00, a bell \x07, é and 😀 as they are"
+    back = [{"kind": "environment", "session": "s"},
+            {"kind": "case", "case": "family/noisy", "family": "family", "outcome": "fail", "exc_type": "RuntimeError",
+             "message": message, "output_tail": "tail \x1b[0m\x00", "reference": "a\x07b"}]
+    path = tmp_path / "s.xml"
+    junit.write(path, back)
+    parsed = ElementTree.parse(path).getroot()  # a parser refuses the whole file on one such character
+    failure = parsed.find("testsuite/testcase/failure")
+    assert failure.get("message") == ("RuntimeError colour \\x1b[31mred\\x1b[0m, a NUL \\x00, a bell \\x07, é and 😀 "
+                                      "as they are")
+    assert failure.text == "tail \\x1b[0m\\x00"

@@ -39,16 +39,25 @@ def test_session_pins_are_exact_and_consistent(session):
     assert session.description
 
 
+def row_sessions(torch: str) -> set[str]:
+    """The sessions of a plain torch row: its CPU session and its CUDA ones (no labelled row, no axis)."""
+    return {s.name for s in SESSIONS if s.torch == torch and s.label is None}
+
+
+PLAIN_ROWS = sorted({s.torch for s in SESSIONS if s.torch and s.label is None}, key=Version)
+
+
 @pytest.mark.parametrize(
     ("tag", "expected"),
     [
-        ("oldest", {"cpu_torch21", "cuda12_torch21", "cuda11_torch21"}),
-        ("latest", {"cpu_torch215", "cuda13_torch215", "cuda12_torch215"}),
+        ("oldest", row_sessions(PLAIN_ROWS[0])),
+        ("latest", row_sessions(PLAIN_ROWS[-1])),
         ("nightly", {"cpu_torch_nightly", "cuda13_torch_nightly"}),
     ],
 )
 def test_tags_select_groups(tag, expected):
     assert {s.name for s in SESSIONS if tag in s.tags} == expected
+    assert matrix.main_session(SESSIONS).name in row_sessions(PLAIN_ROWS[-1])  # the main job: the newest row's CPU
 
 
 def test_old_torch_rows_carry_the_environment_pitfall_pins():
@@ -83,20 +92,26 @@ def test_malformed_table_is_a_clear_error(tmp_path, text, error):
 
 
 def test_adding_a_version_is_one_row(tmp_path):
+    newest = Version(PLAIN_ROWS[-1])
+    following = f"{newest.major}.{newest.minor + 1}.0"
     text = matrix.MATRIX_FILE.read_text().replace(
-        "# Pre-release wheels", '[[torch]]\ntorch = "2.16.0"\nlightning = "2.7.0"\npython = "3.12"\n'
+        "# Pre-release wheels", f'[[torch]]\ntorch = "{following}"\nlightning = "2.7.0"\npython = "3.12"\n'
         'pypi_cuda = "13.2"\ncuda = ["pypi"]\nextra = ["setuptools"]\n\n# Pre-release wheels'
     )
     path = tmp_path / "matrix.toml"
     path.write_text(text)
     sessions = {s.name: s for s in matrix.load(path)}
-    assert {"cpu_torch216", "cuda13_torch216"} <= set(sessions)
-    assert "latest" in sessions["cpu_torch216"].tags and "latest" not in sessions["cpu_torch215"].tags
+    added, before = (matrix.session_name("cpu", v, None) for v in (following, str(newest)))
+    assert {added, matrix.session_name("cuda13", following, None)} <= set(sessions)
+    assert "latest" in sessions[added].tags and "latest" not in sessions[before].tags
+    assert matrix.main_session(list(sessions.values())).name == added
 
 
 # --- the Lightning axis ---
 
-ERA_ONLY = {"cpu_torch213", "cpu_torch214", "cpu_torch215"}  # their era's Lightning is the newest already
+# The rows whose era Lightning is the newest already (the table gives them no newer one): no axis session.
+ERA_ONLY = {matrix.session_name("cpu", str(row["torch"]), row.get("label")) for row in matrix.read_table()["torch"]
+            if str(row.get("lightning_newest", row["lightning"])) == str(row["lightning"])}
 
 
 def test_every_cpu_row_has_both_lightning_releases():

@@ -10,6 +10,9 @@ import pytest
 from harness.core import envcheck, matrix, paths, records, venvs
 from tests.conftest import ROOT
 
+MAIN = matrix.main_session()  # the newest row's CPU session: what the tests session's venv holds
+MAIN_CUDA = next(s for s in matrix.load() if s.device == "cuda" and s.torch == MAIN.torch and not s.label)
+
 
 def nox(*args, env=None, timeout=1200):
     return subprocess.run(
@@ -76,7 +79,7 @@ def test_a_lightning_session_runs_only_the_cases_that_use_lightning(tmp_path):
 
 def test_plain_nox_runs_the_main_job_only():
     marked = [line.split()[1] for line in nox("-l").stdout.splitlines() if line.startswith("* ")]
-    assert marked == ["cpu_torch215"]  # `*`: what plain `nox` selects
+    assert marked == [MAIN.name]  # `*`: what plain `nox` selects
 
 
 def test_plain_listing_has_one_line_per_session():
@@ -117,44 +120,44 @@ def test_check_env_cli_unknown_session():
 
 @pytest.mark.slow
 def test_install_only_builds_and_runs_nothing(tmp_path):
-    result = nox("-s", "cpu_torch215", "--install-only", env={paths.RESULTS_ENV: str(tmp_path)})
+    result = nox("-s", MAIN.name, "--install-only", env={paths.RESULTS_ENV: str(tmp_path)})
     assert result.returncode == 0, result.stderr[-3000:]
     assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow
 def test_a_file_after_the_dashes_narrows_the_session(tmp_path):
-    result = nox("-s", "cpu_torch215", "--", "cases/test_checkpoint.py", "-k", "plain_checkpoint and eager",
+    result = nox("-s", MAIN.name, "--", "cases/test_checkpoint.py", "-k", "plain_checkpoint and eager",
                  env={paths.RESULTS_ENV: str(tmp_path)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    cases = [r for r in records.read(tmp_path / "cpu_torch215.jsonl") if r["kind"] == "case"]
+    cases = [r for r in records.read(tmp_path / f"{MAIN.name}.jsonl") if r["kind"] == "case"]
     assert cases and all(r["case"].startswith("checkpoint/plain_checkpoint[") and "eager" in r["case"] for r in cases)
-    assert (tmp_path / "cpu_torch215.xml").is_file()
+    assert (tmp_path / f"{MAIN.name}.xml").is_file()
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(bool(envcheck.host_gpus()), reason="this machine has a GPU")
 def test_a_cuda_session_builds_checks_and_collects_without_a_gpu(tmp_path):
-    result = nox("-s", "cuda13_torch215", "--", "--collect-only", "-q", env={paths.RESULTS_ENV: str(tmp_path)})
+    result = nox("-s", MAIN_CUDA.name, "--", "--collect-only", "-q", env={paths.RESULTS_ENV: str(tmp_path)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     output = result.stdout + result.stderr
-    assert "cuda13_torch215: torch 2.15.0" in output and "(CUDA 13." in output  # the wheel's CUDA major, checked
+    assert f"{MAIN_CUDA.name}: torch {MAIN_CUDA.torch}" in output and f"(CUDA {MAIN_CUDA.cuda_major}." in output  # the wheel's CUDA major, checked
     assert " tests collected" in output and not list(tmp_path.iterdir())  # nothing ran, nothing recorded
 
 
 @pytest.mark.slow
 def test_install_variables_are_recorded_and_a_change_rebuilds(tmp_path):
     envs, results = tmp_path / "envs", tmp_path / "results"
-    first = nox("-s", "cpu_torch215", "--envdir", str(envs), "--", "-k", "plain_checkpoint and eager",
+    first = nox("-s", MAIN.name, "--envdir", str(envs), "--", "-k", "plain_checkpoint and eager",
                 env={paths.RESULTS_ENV: str(results)})
     assert first.returncode == 0, first.stderr[-3000:]
     marker = "UV_EXCLUDE_NEWER=2100-01-01T00:00:00Z"  # changes nothing that resolves today, but could
-    second = nox("-s", "cpu_torch215", "--envdir", str(envs), "--", "-k", "plain_checkpoint and eager",
+    second = nox("-s", MAIN.name, "--envdir", str(envs), "--", "-k", "plain_checkpoint and eager",
                  env={paths.RESULTS_ENV: str(results), "UV_EXCLUDE_NEWER": "2100-01-01T00:00:00Z"})
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"installing with {marker} from the environment" in second.stderr
     assert "pins changed: rebuilding the environment" in second.stderr
-    environment = records.read(results / "cpu_torch215.jsonl")[0]
+    environment = records.read(results / f"{MAIN.name}.jsonl")[0]
     assert environment["install_environment"] == {**venvs.install_environment(),  # what the shell sets already
                                                   "UV_EXCLUDE_NEWER": "2100-01-01T00:00:00Z"}
 
@@ -198,11 +201,11 @@ def test_explore_without_a_session_is_an_error():
 
 @pytest.mark.slow
 def test_explore_draws_the_asked_examples_into_results_explore(tmp_path):
-    result = nox("-s", "explore", "--", "cpu_torch215", "--examples", "2",
+    result = nox("-s", "explore", "--", MAIN.name, "--examples", "2",
                  "cases/test_checkpoint.py::test_property_checkpoint[cpu-graphbreaks-eager]", env={paths.RESULTS_ENV: str(tmp_path)})
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
-    assert not (tmp_path / "cpu_torch215.jsonl").exists()  # the table's records are left alone
-    cases = [r for r in records.read(tmp_path / "explore" / "cpu_torch215.jsonl") if r["kind"] == "case"]
+    assert not (tmp_path / f"{MAIN.name}.jsonl").exists()  # the table's records are left alone
+    cases = [r for r in records.read(tmp_path / "explore" / f"{MAIN.name}.jsonl") if r["kind"] == "case"]
     assert [r["case"] for r in cases] == ["checkpoint/property_checkpoint[cpu-eager-graphbreaks]"]
     summary = cases[0]["metrics"]["property"]
     assert summary["mode"] == "explore" and summary["max_examples"] == 2, summary

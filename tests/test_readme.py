@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from harness.core import matrix
 from harness.core.outcomes import OUTCOMES
 from tests.conftest import ROOT, copy_project
 
@@ -55,7 +56,7 @@ def test_the_set_up_works_with_the_system_python_in_one_command(tmp_path):
     listed = subprocess.run([str(project / ".venv" / "bin" / "nox"), "-l"], cwd=project, capture_output=True,
                             text=True, timeout=300)
     assert listed.returncode == 0, listed.stderr
-    assert "* cpu_torch215" in listed.stdout  # the main job, the one plain `nox` runs
+    assert f"* {matrix.main_session().name}" in listed.stdout  # the main job, the one plain `nox` runs
 
 
 def test_every_harness_file_and_module_the_docs_name_exists():

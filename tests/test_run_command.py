@@ -15,7 +15,7 @@ from harness.core import matrix, paths, records, sessions
 from tests.conftest import ROOT
 from tests.test_isolation import case_records, run_session_command, session_env  # noqa: F401 (a fixture, used by name)
 
-MAIN = next(s for s in matrix.load() if s.device == "cpu" and "latest" in s.tags)  # what this venv holds
+MAIN = matrix.main_session()  # what this venv holds
 OLDER = next(s for s in matrix.load() if s.device == "cpu" and s.torch != MAIN.torch and not s.lightning_of)
 CUDA = next(s for s in matrix.load() if s.device == "cuda" and s.torch == MAIN.torch)
 H100 = ("#!/bin/sh\ncase \"$*\" in\n  *memory.total*) echo 81559 ;;\n"

@@ -144,17 +144,17 @@ def test_an_environment_outside_the_table_is_built_with_its_rows_steps(tmp_path,
     found = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(*(m.version(d) for d in "
                             "('torch', 'lightning', 'pytorch-lightning')))"], capture_output=True, text=True)
     assert found.stdout.split() == ["2.12.1", "2.6.6", "2.6.6"], found.stderr
-    assert venvs.installed_torch_wheel(python.parent.parent)["build"] == venvs.REGISTRY_BUILD
-    assert (python.parent.parent / venvs.STAMP).read_text() == venvs.pins_stamp(
+    assert venvs.installed_torch_wheel(venvs.venv_of(python))["build"] == venvs.REGISTRY_BUILD
+    assert (venvs.venv_of(python) / venvs.STAMP).read_text() == venvs.pins_stamp(
         spec, {"build": venvs.REGISTRY_BUILD, "index": None})
     assert venvs.ensure_venv(spec, tmp_path) == python  # built once
     # Along Lightning the venv is built once and its Lightning switched in place, checked against the pins.
     older = dataclasses.replace(spec, lightning="2.6.5")
-    assert venvs.with_lightning(older, python.parent.parent) == (python, False)
+    assert venvs.with_lightning(older, venvs.venv_of(python)) == (python, False)
     found = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(*(m.version(d) for d in "
                             "('torch', 'lightning', 'pytorch-lightning')))"], capture_output=True, text=True)
     assert found.stdout.split() == ["2.12.1", "2.6.5", "2.6.5"], found.stderr
-    assert (python.parent.parent / venvs.STAMP).read_text() == venvs.pins_stamp(
+    assert (venvs.venv_of(python) / venvs.STAMP).read_text() == venvs.pins_stamp(
         older, {"build": venvs.REGISTRY_BUILD, "index": None})
-    assert venvs.with_lightning(spec, python.parent.parent) == (python, False)
+    assert venvs.with_lightning(spec, venvs.venv_of(python)) == (python, False)
     shutil.rmtree(tmp_path / spec.name)

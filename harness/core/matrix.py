@@ -233,6 +233,12 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
     return sessions
 
 
+def main_session(sessions: list[Session] | None = None) -> Session:
+    """The main job, the only session plain `nox` runs: the newest torch row on CPU, its own Lightning."""
+    sessions = load() if sessions is None else sessions
+    return next(s for s in sessions if s.device == "cpu" and "latest" in s.tags)
+
+
 def find(name: str, sessions: list[Session] | None = None) -> Session:
     """The session called `name`; MatrixError naming the closest ones if there is none."""
     sessions = load() if sessions is None else sessions

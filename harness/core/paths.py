@@ -23,6 +23,18 @@ def results_dir(root: str | os.PathLike = ROOT) -> pathlib.Path:
     return pathlib.Path(os.environ.get(RESULTS_ENV) or pathlib.Path(root) / "results")
 
 
+# What the results directory holds besides the table (the sessions' results files), each folder named here
+# only: an earlier run's files kept when a run replaces them; each run's times (harness.core.timings);
+# what `repro`, `reduce`, `sweep` and `explore` write.
+PREVIOUS, TIMINGS, REPRO, REDUCE, SWEEP, EXPLORE = "previous", "timings", "repro", "reduce", "sweep", "explore"
+
+
+def results_subdir(name: str, directory: str | os.PathLike | None = None) -> pathlib.Path:
+    """A folder of the results directory (`directory`, default the results directory): one of the
+    names above."""
+    return pathlib.Path(directory if directory is not None else results_dir()) / name
+
+
 def results_path(session: str, directory: str | os.PathLike | None = None) -> pathlib.Path:
     """Where a session's results file is: in `directory`, default the results directory."""
     return pathlib.Path(directory if directory is not None else results_dir()) / f"{session}{RESULTS_SUFFIX}"

@@ -294,7 +294,7 @@ class ResultsWriter:
             raise ResultsError(f"cannot write results to {self.path}: {exc.strerror or exc}") from exc
 
     def _keep_previous(self) -> None:
-        previous = self.path.parent / "previous"
+        previous = paths.results_subdir(paths.PREVIOUS, self.path.parent)
         previous.mkdir(exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.path.stat().st_mtime))
         target = previous / f"{self.path.stem}.{stamp}{paths.RESULTS_SUFFIX}"

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import pathlib
 
-FOLDER = "timings"
+from harness.core import paths
+
 CASE_KEYS = ("duration",)  # of a case record
 METRIC_KEYS = ("compile_s", "run_s")  # among a case's metrics
 END_KEYS = ("seconds",)  # of the end record
@@ -22,7 +23,7 @@ END_KEYS = ("seconds",)  # of the end record
 def path_for(results: pathlib.Path) -> pathlib.Path:
     """The timings file of a results file."""
     results = pathlib.Path(results)
-    return results.parent / FOLDER / results.name
+    return paths.results_subdir(paths.TIMINGS, results.parent) / results.name
 
 
 def split(record: dict) -> tuple[dict, dict | None]:

@@ -151,8 +151,18 @@ def venv_dir(session: str, envdir: os.PathLike | None = None) -> pathlib.Path:
     return pathlib.Path(envdir or paths.default_envdir()) / session
 
 
+def python_in(venv: os.PathLike) -> pathlib.Path:
+    """A venv's interpreter."""
+    return pathlib.Path(venv) / "bin" / "python"
+
+
+def venv_of(python: os.PathLike) -> pathlib.Path:
+    """The venv an interpreter of python_in() belongs to (where its compile caches and stamps live)."""
+    return pathlib.Path(python).parent.parent
+
+
 def venv_python(session: str, envdir: os.PathLike | None = None) -> pathlib.Path:
-    return venv_dir(session, envdir) / "bin" / "python"
+    return python_in(venv_dir(session, envdir))
 
 
 def pins_stamp(spec: matrix.Session, wheel: dict | None = None) -> str:
@@ -230,7 +240,7 @@ def build_venv(spec: matrix.Session, envdir: os.PathLike | None = None,
     find_interpreters([spec.python])
     print(f"building the environment {location} (torch: the {wheel['build']} build)", file=sys.stderr, flush=True)
     commands = [[uv(), "venv", "--quiet", "--allow-existing", "--python", f"python{spec.python}", str(location)]]
-    commands += [[uv(), "pip", "install", "--quiet", "--python", str(location / "bin" / "python"), *step]
+    commands += [[uv(), "pip", "install", "--quiet", "--python", str(python_in(location)), *step]
                  for step in install_steps(spec, wheel)]
     for command in commands:
         done = subprocess.run(command, cwd=paths.ROOT, stdout=sys.stderr, stderr=sys.stderr,
@@ -239,7 +249,7 @@ def build_venv(spec: matrix.Session, envdir: os.PathLike | None = None,
             raise SessionError(f"building {location} failed (exit {done.returncode}): {' '.join(command[:4])} ...")
     (location / TORCH_WHEEL_FILE).write_text(json.dumps(wheel))
     (location / STAMP).write_text(pins_stamp(spec, wheel))
-    return location / "bin" / "python"
+    return python_in(location)
 
 
 def lightning_venv(row: matrix.Session, envdir: os.PathLike | None = None) -> pathlib.Path:
@@ -254,7 +264,7 @@ def with_lightning(spec: matrix.Session, location: os.PathLike) -> tuple[pathlib
     Lightning builds one environment whatever the number of releases. The switch is checked against
     the pins before anything runs in it."""
     location = pathlib.Path(location)
-    python = location / "bin" / "python"
+    python = python_in(location)
     if not python.exists():
         build_venv(spec, location=location)
         return python, True

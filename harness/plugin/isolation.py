@@ -258,11 +258,8 @@ class ForkedAttempt:
         return self._report(outcome, message, printed, seconds)
 
     def _report(self, outcome: str, message: str, printed: str, seconds: float) -> TestReport:
-        tail = workerlog.shorten(printed)
-        metrics = self.log.measured(self.item.nodeid) if self.log is not None else {}
-        data = records.phase_data(case_identity(self.item), "crash", outcome, message=message, metrics=metrics,
-                                  output_tail=tail)
-        if self.log is not None:
-            data["log"] = str(self.log.path)  # the whole of what it printed
-        return TestReport(self.item.nodeid, self.item.location, {}, "failed", f"{message}\n\n{tail}" if tail else message,
-                          "call", user_properties=[(records.PHASE_PROPERTY, data)], duration=seconds)
+        data, text = workerlog.crash_phase(case_identity(self.item), outcome, message, printed,
+                                           self.log.measured(self.item.nodeid) if self.log is not None else {},
+                                           self.log.path if self.log is not None else None)
+        return TestReport(self.item.nodeid, self.item.location, {}, "failed", text, "call",
+                          user_properties=[(records.PHASE_PROPERTY, data)], duration=seconds)

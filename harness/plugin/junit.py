@@ -7,10 +7,21 @@ Records are read through harness.core.records (schema 1 and 2)."""
 from __future__ import annotations
 
 import pathlib
+import re
 import xml.etree.ElementTree as ElementTree
 
 from harness.core import caseid, records
 from harness.core.outcomes import OUTCOMES
+
+
+# What XML 1.0 cannot hold, even escaped (ESC, NUL, BEL, ...): ElementTree writes it as it is, and every
+# parser then refuses the whole file.
+NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text) -> str:
+    """`text` with each character XML cannot hold written as its escape (`\x1b`)."""
+    return NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def testcase(record: dict) -> ElementTree.Element:
@@ -27,16 +38,16 @@ def testcase(record: dict) -> ElementTree.Element:
               "nodeid": record.get("nodeid") or "", "reused_from": (record.get("reused_from") or {}).get("started", "")}
     for key, value in values.items():
         if value:
-            ElementTree.SubElement(properties, "property", name=key, value=str(value))
+            ElementTree.SubElement(properties, "property", name=key, value=xml_text(value))
     status = OUTCOMES[record["outcome"]].junit
-    message = " ".join(filter(None, [record.get("exc_type"), record.get("message")]))
+    message = xml_text(" ".join(filter(None, [record.get("exc_type"), record.get("message")])))
     if status == "skipped":
         detail = record.get("reference") or ""
         ElementTree.SubElement(case, "skipped", type=record["outcome"],
                                message=f"{record['outcome']}: {detail}: {message}" if detail else message)
     elif status in ("failure", "error"):
         element = ElementTree.SubElement(case, status, type=record["outcome"], message=message)
-        element.text = record.get("output_tail") or message
+        element.text = xml_text(record.get("output_tail") or message)
     return case
 
 

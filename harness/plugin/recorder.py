@@ -121,14 +121,12 @@ class ResultsRecorder:
         noted, output = workerlog.crashed_case(self.worker_dir, worker.gateway.id, crashitem)
         outcome, message = outcomes.crash_summary(output, _exit_status(worker), caseid.nodeid_file(crashitem),
                                                    noted.get("time_limit"))
-        tail = workerlog.shorten(output)
         if "started" in noted:
             report.duration = time.time() - noted["started"]
-        records.attach_phase(report, records.phase_data(
-            noted.get("identity") or caseid.identity_from_nodeid(crashitem), "crash", outcome, message=message,
-            metrics=noted.get("metrics"), output_tail=tail,
-            log=str(workerlog.WorkerLog(self.worker_dir, worker.gateway.id).path)))
-        report.longrepr = f"{message}\n\n{tail}" if tail else message
+        data, report.longrepr = workerlog.crash_phase(
+            noted.get("identity") or caseid.identity_from_nodeid(crashitem), outcome, message, output,
+            noted.get("metrics"), workerlog.WorkerLog(self.worker_dir, worker.gateway.id).path)
+        records.attach_phase(report, data)
 
     def _unknown_cases(self) -> list[str]:
         """Node ids asked for on the command line that no worker collected (pytest itself says

@@ -15,6 +15,8 @@ import os
 import pathlib
 import time
 
+from harness.core import records
+
 START_MARK = "=== harness: start "
 
 
@@ -86,3 +88,15 @@ def shorten(output: str, head: int = 1500, tail: int = 2500) -> str:
     lines = [line for line in output.splitlines() if not line.startswith("Extension modules:")]
     text = "\n".join(lines)
     return text if len(text) <= head + tail else f"{text[:head]}\n[...]\n{text[-tail:]}"
+
+
+def crash_phase(identity: dict, outcome: str, message: str, printed: str, metrics: dict | None = None,
+                log: pathlib.Path | None = None) -> tuple[dict, str]:
+    """The record of a case whose process died (a forked child, or the worker itself), and pytest's
+    text for it: how it ended, the ends of what it printed, its figures so far, the log that holds all
+    it printed."""
+    tail = shorten(printed)
+    data = records.phase_data(identity, "crash", outcome, message=message, metrics=metrics or {}, output_tail=tail)
+    if log is not None:
+        data["log"] = str(log)
+    return data, f"{message}\n\n{tail}" if tail else message

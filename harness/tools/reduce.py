@@ -162,7 +162,7 @@ def passing_session(case_id: str, session: str, envdir=None) -> str | None:
 
 
 def default_out(name: str) -> pathlib.Path:
-    return paths.results_dir() / "reduce" / name
+    return paths.results_subdir(paths.REDUCE) / name
 
 
 def command(args) -> int:
@@ -234,8 +234,8 @@ def _reduce(args, start: str, signature: Signature | None, python, passing_pytho
     (the failing one alone for the differential check)."""
     preload = imported_modules(start)  # each candidate then pays its own work only
     started = time.monotonic()
-    with scriptrun.WarmRunner(python, python.parent.parent, preload=preload) as failing_runner:
-        passing_runner = scriptrun.WarmRunner(passing_python, passing_python.parent.parent, preload=preload) \
+    with scriptrun.WarmRunner(python, venvs.venv_of(python), preload=preload) as failing_runner:
+        passing_runner = scriptrun.WarmRunner(passing_python, venvs.venv_of(passing_python), preload=preload) \
             if passing_python else None
         try:
             first = failing_runner.run(_write(start), timeout=args.timeout)
@@ -261,13 +261,13 @@ def _reduce(args, start: str, signature: Signature | None, python, passing_pytho
 def _verdict(args, out: pathlib.Path, signature: Signature, python, passing_python, passing: str | None):
     """(whether the written script, run afresh in new processes, fails on the failing version and passes
     on the passing one or without torch.compile; the failing run)."""
-    verdict = scriptrun.run(python, out, timeout=args.timeout, cache_dir=python.parent.parent)
+    verdict = scriptrun.run(python, out, timeout=args.timeout, cache_dir=venvs.venv_of(python))
     print(f"{args.session}: {verdict.outcome} ({verdict.exit}) {verdict.message[:160]}".rstrip())
     if passing_python:
-        again = scriptrun.run(passing_python, out, timeout=args.timeout, cache_dir=passing_python.parent.parent)
+        again = scriptrun.run(passing_python, out, timeout=args.timeout, cache_dir=venvs.venv_of(passing_python))
         print(f"{passing}: {again.outcome} ({again.exit}) {again.message[:160]}".rstrip())
     else:
-        again = scriptrun.run(python, out, timeout=args.timeout, cache_dir=python.parent.parent, without_compile=True)
+        again = scriptrun.run(python, out, timeout=args.timeout, cache_dir=venvs.venv_of(python), without_compile=True)
         print(f"{args.session} without torch.compile: {again.outcome} ({again.exit}) {again.message[:160]}".rstrip())
     return signature.shown_by(verdict) and again.outcome == "pass", verdict
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from harness.core import paths, records
+from harness.core import paths, records, venvs
 from harness.tools import preflight, scriptrun
 from harness.tools.targets import Target, environment, run_script, span, targets_of
 
@@ -54,7 +54,7 @@ def write_issue(script: pathlib.Path, rows: list, out: pathlib.Path) -> None:
     failing = [(t, r) for t, r in failed if r.exception == result.exception]
     passing = [t.version for t, r in ran if r.outcome == "pass"]
     otherwise = [f"{t.version} ({r.message[:80]})" for t, r in failed if r.exception != result.exception]
-    eager = scriptrun.run(newest.python, script, without_compile=True, cache_dir=newest.python.parent.parent)
+    eager = scriptrun.run(newest.python, script, without_compile=True, cache_dir=venvs.venv_of(newest.python))
     expected = (f"what torch {', '.join(passing)} gives: the script runs without error" if passing else
                 "what the same script gives with torch.compile replaced by the identity (plain eager) on torch "
                 f"{newest.version}: {eager.outcome}" + ("" if eager.outcome == "pass" else f" ({eager.message[:200]})"))
@@ -66,14 +66,14 @@ def write_issue(script: pathlib.Path, rows: list, out: pathlib.Path) -> None:
 
 
 def default_out(script: pathlib.Path) -> pathlib.Path:
-    return paths.results_dir() / "sweep" / f"{script.stem}.md"
+    return paths.results_subdir(paths.SWEEP) / f"{script.stem}.md"
 
 
 def command(args) -> int:
     script = preflight.check_script(args.script)
     scriptrun.memory_limit_bytes(args.memory_limit)  # a malformed limit is bad input before any build
     targets = targets_of(args)  # an unknown row or an empty range: BadInput
-    missing = sorted({str(t.python.parent.parent.name) if t.outside else t.session for t in targets if not t.built})
+    missing = sorted({str(venvs.venv_of(t.python).name) if t.outside else t.session for t in targets if not t.built})
     if missing and not args.no_build:
         print(f"sweep will build {len(missing)} environment(s): {', '.join(missing)}", file=sys.stderr, flush=True)
     print(f"sweep {script.name}: {span(args, targets)}", flush=True)

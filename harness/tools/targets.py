@@ -78,7 +78,7 @@ def lightning_targets(torch: str | None, first=None, last=None, device="cpu", en
     if not releases:
         raise BadInput(f"no Lightning release from {first} to {last} supports torch {era.torch} on Python "
                          f"{era.python}")
-    shared = venvs.lightning_venv(era, envdir) / "bin" / "python"
+    shared = venvs.python_in(venvs.lightning_venv(era, envdir))
     targets = []
     for release in releases:
         session = era if release == era.lightning else axis.get(release)
@@ -99,7 +99,7 @@ def environment(target: Target, envdir, build: bool) -> tuple[pathlib.Path | Non
     if target.outside:
         if not target.python.exists() and not build:
             return None, False
-        return venvs.with_lightning(target.spec, target.python.parent.parent)
+        return venvs.with_lightning(target.spec, venvs.venv_of(target.python))
     if target.built:
         return target.python, False
     python = venvs.ensure_venv(target.session, envdir, build=build)
@@ -108,7 +108,7 @@ def environment(target: Target, envdir, build: bool) -> tuple[pathlib.Path | Non
 
 def run_script(target: Target, script: pathlib.Path, timeout: float, memory_limit: str | None) -> scriptrun.ScriptRun:
     """A plain script in the target's environment, sharing its venv's compile caches."""
-    cache = target.python.parent.parent if target.spec else None
+    cache = venvs.venv_of(target.python) if target.spec else None
     return scriptrun.run(target.python, script, timeout=timeout, memory_limit=memory_limit, cache_dir=cache)
 
 

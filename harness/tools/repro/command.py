@@ -92,7 +92,7 @@ def command(args) -> int:
         _, record = records.find_case(paths.results_path(session), args.case)
         info["property_example"] = chosen_example(record, info["expected"])
     op_example.add_scripts(python, {args.case: info})
-    out = pathlib.Path(args.out) if args.out else paths.results_dir() / "repro" / script_name(args.case)
+    out = pathlib.Path(args.out) if args.out else paths.results_subdir(paths.REPRO) / script_name(args.case)
     text = build_script(info)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
