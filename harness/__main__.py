@@ -112,7 +112,7 @@ def sweep(args) -> int:
 
 
 def reduce(args) -> int:
-    from harness.tools import reduce as reduction
+    from harness.tools.reduce import command as reduction
 
     return reduction.command(args)
 
@@ -121,6 +121,19 @@ def lightning_newest(args) -> int:
     from harness.tools import lightning_releases
 
     return lightning_releases.command(args)
+
+
+def add_envdir(command) -> None:
+    command.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
+
+
+def add_no_build(command) -> None:
+    command.add_argument("--no-build", action="store_true", help="use only the environments that exist (build none)")
+
+
+def add_script_timeout(command, when: str = "") -> None:
+    command.add_argument("--timeout", type=float, default=600.0,
+                         help=f"{when}seconds a run of a script may take (default 600); past it, `timeout`")
 
 
 def add_axis(command, first: str, last: str) -> None:
@@ -178,7 +191,7 @@ def parser() -> argparse.ArgumentParser:
                      "beside it as .md); with --all, the directory of the scripts")
     rpr.add_argument("--no-run", action="store_true", help="write the script only")
     rpr.add_argument("--python", metavar="PATH", help="collect and run with this interpreter instead of a session's venv")
-    rpr.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
+    add_envdir(rpr)
     rpr.add_argument("--results", nargs="+", metavar="DIR", default=[],
                      help="more directories of results files for the issue's table of versions")
     rpr.add_argument("--jobs", type=int, default=1, metavar="N", help="with --all, scripts run at a time (default 1)")
@@ -189,12 +202,12 @@ def parser() -> argparse.ArgumentParser:
     bis.add_argument("case", metavar="CASE_ID", nargs="?")
     bis.add_argument("--script", metavar="SCRIPT", help="bisect a plain script instead of a case (classified as "
                      "sweep classifies it: exit 0 pass, 125 skip, anything else fail)")
-    bis.add_argument("--timeout", type=float, default=600.0, help="with --script: seconds per run (default 600)")
+    add_script_timeout(bis, when="with --script: ")
     add_axis(bis, "2.1", "2.15")
     bis.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which sessions of each row (default cpu)")
-    bis.add_argument("--no-build", action="store_true", help="run only versions whose venv exists")
+    add_no_build(bis)
     bis.add_argument("--all", action="store_true", help="run every version in the range, not a bisection")
-    bis.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
+    add_envdir(bis)
     bis.add_argument("--env", action="append", default=[], metavar="VERSION=PYTHON",
                      help="bisect over these interpreters instead of the matrix's venvs (repeatable)")
     bis.set_defaults(func=bisect)
@@ -202,9 +215,9 @@ def parser() -> argparse.ArgumentParser:
     swp.add_argument("script", metavar="SCRIPT")
     add_axis(swp, "2.12", "2.15")
     swp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which sessions of each row (default cpu)")
-    swp.add_argument("--no-build", action="store_true", help="run only in the environments that exist")
-    swp.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
-    swp.add_argument("--timeout", type=float, default=600.0, help="seconds per run (default 600): then `timeout`")
+    add_no_build(swp)
+    add_envdir(swp)
+    add_script_timeout(swp)
     swp.add_argument("--memory-limit", metavar="SIZE", help="data memory of the script: N%% of this machine's or "
                      "a size (8G); 0 for none (default $HARNESS_MEMORY_LIMIT or 75%%, as sessions)")
     swp.add_argument("--env", action="append", default=[], metavar="VERSION=PYTHON",
@@ -222,9 +235,9 @@ def parser() -> argparse.ArgumentParser:
     red.add_argument("--out", metavar="PATH", help="the reduced script (default results/reduce/reduced_<case>.py)")
     red.add_argument("--time-limit", type=float, default=600.0, help="seconds of reduction; then the smallest so far "
                      "(default 600)")
-    red.add_argument("--timeout", type=float, default=600.0, help="seconds for a fresh run of a script (default 600)")
-    red.add_argument("--no-build", action="store_true", help="use only environments that exist")
-    red.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
+    add_script_timeout(red)
+    add_no_build(red)
+    add_envdir(red)
     red.set_defaults(func=reduce)
     exp = commands.add_parser("explore-summary", help="what an explore run found: its failing signatures, new "
                               "ones first, with their shrunk examples")

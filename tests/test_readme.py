@@ -67,10 +67,26 @@ def test_every_harness_file_and_module_the_docs_name_exists():
         text = path.read_text()
         named |= {m.rstrip(".,") for m in re.findall(r"\bharness/[\w./-]*", text)}
         named |= {m.replace(".", "/").rstrip("/") for m in re.findall(r"\bharness(?:\.[a-z_]+)+", text)}
-    missing = []
-    for name in sorted(named):
-        # a dotted name may end in a function (harness.core.venvs.torch_wheel): some prefix is a module
-        prefixes = [name.rsplit("/", n)[0] for n in range(name.count("/") + 1)]
-        if not any((ROOT / p).exists() or (ROOT / f"{p}.py").exists() for p in prefixes if p != "harness"):
-            missing.append(name)
+    missing = [name for name in sorted(named) if not names_something(name)]
     assert not missing, f"named in the docs, not in the checkout: {missing}"
+
+
+def names_something(name: str) -> bool:
+    """A path (`harness/tools/reduce/passes.py`, a folder) that exists, or a module, or an attribute of
+    one (`harness.core.venvs.torch_wheel`: its longest existing prefix is a module file, not a folder,
+    so `harness.tools.reduce_passes` names nothing)."""
+    if (ROOT / name).exists() or (ROOT / f"{name}.py").exists():
+        return True
+    for n in range(1, name.count("/")):
+        prefix = name.rsplit("/", n)[0]
+        if (ROOT / f"{prefix}.py").is_file():
+            return True
+        if (ROOT / prefix).is_dir():
+            return False
+    return False
+
+
+def test_the_docs_name_check_refuses_a_name_under_an_existing_folder():
+    assert names_something("harness/tools/reduce/passes.py") and names_something("harness/core/venvs/torch_wheel")
+    assert names_something("harness/report/templates")
+    assert not names_something("harness/tools/reduce_passes.py") and not names_something("harness/tools/reduce_passes")

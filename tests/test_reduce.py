@@ -11,7 +11,8 @@ import traceback
 import pytest
 
 from harness.core import sessions
-from harness.tools import reduce, reduce_tensors, scriptrun
+from harness.tools import scriptrun
+from harness.tools.reduce import command as reduce, tensors as reduce_tensors
 from harness.tools.repro import collector, script as repro_script
 from tests.conftest import ROOT
 from tests.test_sweep import USER_SCRIPT

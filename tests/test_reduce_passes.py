@@ -1,6 +1,7 @@
-"""harness.tools.reduce_passes: each rewrite on a small source, with cheap predicates (no torch)."""
+"""harness.tools.reduce.passes: each rewrite on a small source, with cheap predicates (no torch)."""
 
-from harness.tools import reduce_inline, reduce_materialise, reduce_names, reduce_passes, reduce_tensors
+from harness.tools.reduce import (inline as reduce_inline, materialise as reduce_materialise, names as reduce_names,
+                                  passes as reduce_passes, tensors as reduce_tensors)
 
 
 def first(candidates):
@@ -75,7 +76,7 @@ def test_improve_keeps_only_interesting_rewrites():
     assert out == "assert 3 == 2, 'the figure'\n"
 
 
-# --- the rewrites that remove the harness's shapes (harness.tools.reduce_inline, reduce_materialise) -----------
+# --- the rewrites that remove the harness's shapes (harness.tools.reduce.inline, reduce_materialise) -----------
 
 class Torch:
     """A stand-in for torch where a rewrite's meaning is all a test checks: compile returns what it was given."""

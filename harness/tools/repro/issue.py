@@ -82,7 +82,7 @@ def _what_went_wrong(info: dict, result: dict) -> tuple[str, str]:
 
 def issue_markdown(info: dict, text: str, path: pathlib.Path, result: dict, environment: str,
                    rows: list[dict], full: str | None = None) -> str:
-    """The issue; `full`: the whole export, folded below `text` (a reduced script, harness/tools/reduce.py)."""
+    """The issue; `full`: the whole export, folded below `text` (a reduced script, harness/tools/reduce/command.py)."""
     title, paragraph = _what_went_wrong(info, result)
     lines = [f"### {title}", "", paragraph, ""]
     if rows:

@@ -14,8 +14,8 @@ test still holds, so a rewrite that changes what the script shows is never kept.
 
 Each pass yields the candidates it can make, one rewrite each; `improve` tries them in order and
 keeps the first interesting one, until no candidate of any pass is. The rewrites that inline calls
-(harness.tools.reduce_inline), materialise lookups and generated code (harness.tools.reduce_materialise)
-and make literal tensors random ones (harness.tools.reduce_tensors) are passes of the same form.
+(harness.tools.reduce.inline), materialise lookups and generated code (harness.tools.reduce.materialise)
+and make literal tensors random ones (harness.tools.reduce.tensors) are passes of the same form.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
   compile's, not the script's own. Either rejects a reduction to `raise AssertionError(...)`.
 
 Before any run, a candidate is refused that creates a zero-size tensor where the starting script
-created none (harness.tools.reduce_tensors.zero_size), or that carries pysource-minimize's
+created none (harness.tools.reduce.tensors.zero_size), or that carries pysource-minimize's
 `unique_name_N` renames: names stay the script's own.
 """
 
@@ -23,7 +23,8 @@ import sys
 import tempfile
 import time
 
-from harness.tools import reduce_tensors, scriptrun
+from harness.tools import scriptrun
+from harness.tools.reduce import tensors as reduce_tensors
 
 PATTERN_CHARACTERS = 400
 RENAMED = "unique_name_"

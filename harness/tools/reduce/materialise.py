@@ -17,8 +17,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 
-from harness.tools.reduce_inline import _names
-from harness.tools.reduce_passes import SKIP, _bodies, _each
+from harness.tools.reduce.inline import _names
+from harness.tools.reduce.passes import SKIP, _bodies, _each
 
 
 def _need_path(node: ast.AST) -> str | None:

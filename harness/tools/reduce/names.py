@@ -22,8 +22,8 @@ import ast
 import copy
 from collections.abc import Iterator
 
-from harness.tools.reduce_inline import COMPREHENSIONS, SCOPES, _names, _own_nodes, _simple, _walk_scope
-from harness.tools.reduce_passes import _each
+from harness.tools.reduce.inline import COMPREHENSIONS, SCOPES, _names, _own_nodes, _simple, _walk_scope
+from harness.tools.reduce.passes import _each
 
 LINE_LENGTH = 100
 NESTED = SCOPES + COMPREHENSIONS

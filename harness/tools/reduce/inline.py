@@ -1,4 +1,4 @@
-"""Rewrites that inline a script's calls into plain code, for `reduce` (run like harness.tools.reduce_passes'
+"""Rewrites that inline a script's calls into plain code, for `reduce` (run like harness.tools.reduce.passes'
 own: one candidate per place, kept only where the script stays interesting):
 
 - inline_functions: a call of a module-level function named nowhere else becomes the function's body,
@@ -20,7 +20,7 @@ import ast
 import copy
 from collections.abc import Iterator
 
-from harness.tools.reduce_passes import SKIP, _bodies, _each
+from harness.tools.reduce.passes import SKIP, _bodies, _each
 
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)

@@ -2,9 +2,9 @@
 
 The starting point is the script `repro` exports, less its plumbing (the EXPECTED table, the
 OUTCOME classifier, the exit codes): the case's call at module level, so that the bug raises or
-asserts and the script exits non-zero. The rewrites (harness.tools.reduce_inline, reduce_materialise,
-reduce_tensors, reduce_passes) and pysource-minimize's deletions then shorten it in turn, keeping a
-candidate only where the interestingness test of harness.tools.reduce_check holds: it fails on the
+asserts and the script exits non-zero. The rewrites (harness.tools.reduce: inline, materialise,
+tensors, passes) and pysource-minimize's deletions then shorten it in turn, keeping a
+candidate only where the interestingness test of harness.tools.reduce.check holds: it fails on the
 failing session (the one given) with the recorded exception type and message pattern (the declared
 `match` of a known bug or limitation, else the recorded message's first line, which keeps a
 semantic case's figure), and passes on a session where the matrix records a pass (or fixed), the
@@ -29,9 +29,10 @@ import time
 
 from harness.core import outcomes, paths, records, venvs
 from harness.core.errors import BadInput
-from harness.tools import (preflight, reduce_inline, reduce_materialise, reduce_names, reduce_passes,
-                           reduce_tensors, scriptrun)
-from harness.tools.reduce_check import (Interestingness, Signature, TimeUp, check_words, line_count,
+from harness.tools import preflight, scriptrun
+from harness.tools.reduce import (inline as reduce_inline, materialise as reduce_materialise, names as reduce_names,
+                                  passes as reduce_passes, tensors as reduce_tensors)
+from harness.tools.reduce.check import (Interestingness, Signature, TimeUp, check_words, line_count,
                                         message_pattern, script_signature, size)
 from harness.tools.repro.collector import collect
 from harness.tools.repro.command import collect_env

@@ -5,7 +5,7 @@
   `.view`, `.expand`, `torch.arange(0)`, or an empty list in `torch.tensor`'s data). The reducer shrinks
   numbers towards 0 and an empty tensor hides most bugs' shape, so `reduce` keeps such a candidate
   only where the starting script had one (then the empty tensor may be the bug);
-- random_tensors: a pass (run like harness.tools.reduce_passes') that replaces a literal tensor
+- random_tensors: a pass (run like harness.tools.reduce.passes') that replaces a literal tensor
   `torch.tensor([[...]], dtype=..., requires_grad=...)` by `torch.randn(shape, ...)`, or `torch.rand`
   for values in [0, 1), `torch.randint` for integers, where the script stays interesting.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from harness.tools.reduce_passes import _each
+from harness.tools.reduce.passes import _each
 
 SIZED = {"randn", "rand", "zeros", "ones", "empty", "new_zeros", "new_ones", "new_empty", "reshape", "view",
          "expand", "resize_", "empty_strided"}
