@@ -51,6 +51,25 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+# A fresh run with modules made unimportable (a repro script proves it needs neither pytest nor the
+# harness): in isolated mode (-I), the modules named in argv[1], then the script as __main__.
+FRESH_WITH_BLOCKED = """
+import runpy, sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+# What a repro script prints last: `OUTCOME: known (torch 2.15.0)`, `OUTCOME: skip: <why>`.
+OUTCOME_LINE = re.compile(r"^OUTCOME: (?P<outcome>\w+)(?:: (?P<why>.*))?", re.M)
+
+
+def printed_outcome(output: str) -> tuple[str | None, str]:
+    """(the outcome the script's last `OUTCOME:` line names, or None; what follows `skip:` there)."""
+    found = list(OUTCOME_LINE.finditer(output))
+    return (found[-1]["outcome"], (found[-1]["why"] or "").strip()) if found else (None, "")
+
+
 @dataclasses.dataclass
 class ScriptRun:
     outcome: str  # a name of harness.core.outcomes.OUTCOMES
@@ -104,11 +123,11 @@ def classify(code: int | None, output: str, seconds: float, timeout: float | Non
     if code < 0:
         return ScriptRun("crash", code, outcomes.crash_summary(output, code)[1], kind, output, seconds)
     outcome = outcomes.BY_EXIT_CODE.get(code, "fail")
-    if outcome == "pass" and re.search(r"^OUTCOME: fixed\b", output, re.M):
+    printed, why = printed_outcome(output)
+    if outcome == "pass" and printed == "fixed":
         outcome = "fixed"  # a repro script whose declared bug no longer reproduces
     if outcome == "skip":
-        skip = re.findall(r"^OUTCOME: skip: (.*)$", output, re.M)
-        line = skip[-1] if skip else line or (output.strip().splitlines() or [""])[-1]
+        line = why if printed == "skip" and why else line or (output.strip().splitlines() or [""])[-1]
     elif outcome == "fail" and not line:
         line = f"exit {code}; last output: {(output.strip().splitlines() or ['(none)'])[-1]}"
     return ScriptRun(outcome, code, line if outcome != "pass" else "", kind, output, seconds)
@@ -119,10 +138,11 @@ def memory_limit_bytes(spec: str | None) -> int | None:
 
 
 def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEOUT, memory_limit: str | None = None,
-        cache_dir: os.PathLike | None = None, without_compile: bool = False) -> ScriptRun:
+        cache_dir: os.PathLike | None = None, without_compile: bool = False, blocked: tuple[str, ...] = ()) -> ScriptRun:
     """Run `script` with `python` from an empty directory and classify the run. `cache_dir`: the
     session venv whose compile caches (harness.core.sessions.compile_cache_env) the run shares;
-    `without_compile`: torch.compile replaced by the identity (WITHOUT_COMPILE)."""
+    `without_compile`: torch.compile replaced by the identity (WITHOUT_COMPILE); `blocked`: modules
+    the script cannot import, run in isolated mode (FRESH_WITH_BLOCKED)."""
     script = pathlib.Path(script).resolve()
     env = sessions.clean_env(**(sessions.compile_cache_env(cache_dir) if cache_dir else {}))
     env.pop("PYTHONPATH", None)  # a user's script runs as a user runs it: the harness is not on its path
@@ -130,6 +150,8 @@ def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEO
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="harness-script-") as cwd:
         command = [os.path.abspath(python)] + (["-c", FRESH_WITHOUT_COMPILE] if without_compile else []) + [str(script)]
+        if blocked:
+            command = [os.path.abspath(python), "-I", "-c", FRESH_WITH_BLOCKED, ",".join(blocked), str(script)]
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True,
                                    preexec_fn=lambda limit=memory_limit_bytes(memory_limit): limits.limit_memory(limit))

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import pathlib
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 
 from harness.core import matrix, paths, records, sessions, venvs
+from harness.tools import scriptrun
 from harness.tools.repro import op_example
 from harness.tools.repro.collector import collect
 from harness.tools.repro.issue import across_versions, issue_markdown
@@ -32,28 +32,13 @@ from harness.tools.repro.property_example import chosen_example
 from harness.tools.repro.errors import ReproError
 from harness.tools.repro.script import BLOCKED, build_script, line_limit, script_name
 
-OUTCOME_LINE = re.compile(r"^OUTCOME: (\w+)", re.M)
-
-
 # --- running ---------------------------------------------------------------------------------------------
 
 def run_script(python, script: pathlib.Path, timeout: float = 900) -> dict:
-    """Run the script with `python` in isolated mode (-I), from an empty directory, with pytest
-    and the harness unimportable: proof that it needs neither."""
-    code = ("import runpy, sys\n"
-            f"for name in {BLOCKED!r}:\n    sys.modules[name] = None\n"
-            f"sys.argv = [{str(script)!r}]\n"
-            f"runpy.run_path({str(script)!r}, run_name='__main__')\n")
-    with tempfile.TemporaryDirectory(prefix="harness-repro-run-") as cwd:
-        try:
-            done = subprocess.run([str(python), "-I", "-c", code], cwd=cwd, env=sessions.clean_env(), timeout=timeout,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
-            output, returncode = done.stdout, done.returncode
-        except subprocess.TimeoutExpired as exc:
-            output = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode(errors="replace")
-            output, returncode = output + f"\n[timed out after {timeout:.0f} s]", None
-    found = OUTCOME_LINE.findall(output)
-    return {"returncode": returncode, "output": output, "outcome": found[-1] if found else None}
+    """Run the script with `python` in isolated mode, from an empty directory, with pytest and the
+    harness unimportable: proof that it needs neither. The outcome is the one its `OUTCOME:` line names."""
+    run = scriptrun.run(python, script, timeout=timeout, blocked=BLOCKED)
+    return {"returncode": run.code, "output": run.output, "outcome": scriptrun.printed_outcome(run.output)[0]}
 
 
 def collect_env(python, timeout: float = 300) -> str:
