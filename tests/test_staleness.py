@@ -62,12 +62,13 @@ def test_only_a_change_of_code_marks_rows_stale_and_it_names_the_families(tmp_pa
     # A family's case: that family, on every row.
     edit(project / "cases" / "test_checkpoint.py", "\nimport ", "\nassert True\nimport ")
     said = stale(project, table)
-    assert said.startswith("2 of 2 rows") and "\n  cpu_torch213: checkpoint: changed cases/test_checkpoint.py" in said
+    assert said.startswith("2 of 2 rows")
+    assert "\n  cpu_torch213, cpu_torch214: checkpoint: changed cases/test_checkpoint.py\n" in said  # alike: one line
     assert "nox -s cpu_torch213 cpu_torch214; nox -s report" in said
     # Code every family shares: every family.
     edit(project / "harness" / "core" / "outcomes.py", "\nimport ", "\nassert True\nimport ")
-    assert "\n  cpu_torch214: every family: changed cases/test_checkpoint.py; changed harness/core/outcomes.py" in \
-        stale(project, table)
+    assert "\n  cpu_torch213, cpu_torch214: every family: changed cases/test_checkpoint.py; changed " \
+           "harness/core/outcomes.py\n" in stale(project, table)
 
 
 def test_a_row_measured_with_other_pins_is_stale_in_every_family(tmp_path):

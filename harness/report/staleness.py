@@ -84,8 +84,11 @@ def explain(stale: list[StaleRow], rows: int, shown: int = 6) -> str:
         return f"All {rows} rows of the table were measured with this checkout's code and installs."
     lines = [f"{len(stale)} of {rows} rows of the table were measured with other code or other installs than "
              "this checkout's (a fresh clone's `nox` measures those families again):"]
+    alike: dict[tuple, list[str]] = {}  # rows stale in the same families for the same reasons: one line
     for row in stale:
-        more = f" and {len(row.why) - shown} more" if len(row.why) > shown else ""
-        lines.append(f"  {row.session}: {', '.join(row.families)}: {'; '.join(row.why[:shown])}{more}")
+        alike.setdefault((tuple(row.families), tuple(row.why)), []).append(row.session)
+    for (families, why), sessions in alike.items():
+        more = f" and {len(why) - shown} more" if len(why) > shown else ""
+        lines.append(f"  {', '.join(sessions)}: {', '.join(families)}: {'; '.join(why[:shown])}{more}")
     lines.append(f"Measure them again, then commit results/: {refresh_command(stale)}")
     return "\n".join(lines)
