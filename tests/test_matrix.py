@@ -94,10 +94,10 @@ def test_malformed_table_is_a_clear_error(tmp_path, text, error):
 def test_adding_a_version_is_one_row(tmp_path):
     newest = Version(PLAIN_ROWS[-1])
     following = f"{newest.major}.{newest.minor + 1}.0"
-    text = matrix.MATRIX_FILE.read_text().replace(
-        "# Pre-release wheels", f'[[torch]]\ntorch = "{following}"\nlightning = "2.7.0"\npython = "3.12"\n'
-        'pypi_cuda = "13.2"\ncuda = ["pypi"]\nextra = ["setuptools"]\n\n# Pre-release wheels'
-    )
+    table = matrix.MATRIX_FILE.read_text()
+    end = table.index("\n[nightly]")  # after the last row, where a new release goes
+    text = (table[:end] + f'\n[[torch]]\ntorch = "{following}"\nlightning = "2.7.0"\npython = "3.12"\n'
+            'pypi_cuda = "13.2"\ncuda = ["pypi"]\nextra = ["setuptools"]\n' + table[end:])
     path = tmp_path / "matrix.toml"
     path.write_text(text)
     sessions = {s.name: s for s in matrix.load(path)}

@@ -9,7 +9,7 @@ the committed table of the base branch, on the same torch build (the report does
 A change to what every family loads (a harness module that runs in a session: harness/core and
 harness/plugin; harness/core/matrix.toml; or a module under cases/ that is not a case file:
 cases/conftest.py, cases/programs/, the shared declarations) runs every family; a change to a case
-file runs its family. These are the inputs of the reuse key (harness/plugin/reuse.py), so the two
+file runs its family. These are the inputs of the reuse key (harness/core/sources.py), so the two
 cannot disagree on what a change touches.
 """
 
@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # the checkout, for `harness`
 
 from harness.core import matrix, paths, records, versions  # noqa: E402
-from harness.plugin.reuse import case_support_files, family_files, session_modules  # noqa: E402
+from harness.core.sources import case_support_files, family_files, session_modules  # noqa: E402
 
 
 def changed_paths(base: str) -> list[str]:
