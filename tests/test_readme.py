@@ -90,3 +90,11 @@ def test_the_docs_name_check_refuses_a_name_under_an_existing_folder():
     assert names_something("harness/tools/reduce/passes.py") and names_something("harness/core/venvs/torch_wheel")
     assert names_something("harness/report/templates")
     assert not names_something("harness/tools/reduce_passes.py") and not names_something("harness/tools/reduce_passes")
+
+
+def test_the_readme_is_a_guide_and_the_mechanisms_are_in_docs():
+    lines = README.splitlines()
+    assert len(lines) <= 300, f"README.md is {len(lines)} lines: move mechanisms and measurements to docs/"
+    linked = set(re.findall(r"\(docs/([\w-]+\.md)\)", README))
+    unlinked = {p.name for p in (ROOT / "docs").glob("*.md")} - linked
+    assert not unlinked, f"docs pages the README does not link: {sorted(unlinked)}"
