@@ -69,6 +69,8 @@ def main() -> None:
     out = args.out.resolve()
     code, seconds = harness_run(spec.name, out / "results")
     path = paths.results_path(spec.name, out / "results")
+    if not path.is_file():  # the command said why (a pin that does not match, no GPU): nothing to measure
+        raise SystemExit(f"{spec.name}: exit {code} after {seconds:.0f} s, no results written")
     back = records.read(path)
     environment, end, cases = back[0], timings.read(path), cases_of(path)
     print(f"{spec.name}: exit {code}, {seconds:.0f} s through the command, {end.get('seconds')} s of pytest; "
