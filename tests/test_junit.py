@@ -40,7 +40,7 @@ def test_each_session_writes_junit_beside_its_results(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     path = pytester.makepyfile(test_family=FAMILY)
     out = pytester.path / "results"
-    command = sessions.pytest_args(matrix.find("cpu_torch215"), [str(path), f"--results-dir={out}",
+    command = sessions.pytest_args(matrix.main_session(), [str(path), f"--results-dir={out}",
                                                                   "--session-name=s"])
     pytester.run(sys.executable, *command, timeout=600)
     suite = ElementTree.parse(out / "s.xml").getroot().find("testsuite")

@@ -12,7 +12,7 @@ from harness.core import matrix, records, sessions
 from harness.report import render
 from tests.conftest import ROOT
 
-SESSION = matrix.find("cpu_torch215")
+SESSION = matrix.main_session()
 
 
 def test_sigkill_of_the_whole_run_keeps_every_finished_record(pytester, tmp_path):

@@ -1,5 +1,5 @@
 """Reduction: the smallest script that still fails as the matrix records on the failing version and
-passes on the passing one. Cheap predicates in-process; one real reduction in the cpu_torch215 venv."""
+passes on the passing one. Cheap predicates in-process; one real reduction in the main job's venv."""
 
 import re
 import subprocess
@@ -10,7 +10,7 @@ import traceback
 
 import pytest
 
-from harness.core import sessions
+from harness.core import matrix, sessions
 from harness.tools import scriptrun
 from harness.tools.reduce import command as reduce, tensors as reduce_tensors
 from harness.tools.repro import collector, script as repro_script
@@ -170,7 +170,7 @@ def _reduce_script(tmp_path, source, *extra):
     script.write_text(source)
     out = tmp_path / "reduced.py"
     done = subprocess.run([sys.executable, "-m", "harness", "reduce", "--script", str(script), "--session",
-                           "cpu_torch215", "--no-build", "--out", str(out), *extra], cwd=ROOT, capture_output=True,
+                           matrix.main_session().name, "--no-build", "--out", str(out), *extra], cwd=ROOT, capture_output=True,
                           text=True, timeout=1800, env=sessions.clean_env())
     return done, script, out
 

@@ -14,7 +14,7 @@ from harness.plugin import environment, reuse
 from harness.report import render
 from tests.conftest import ROOT, copy_project, run_nox
 
-SESSION = "cpu_torch215"
+SESSION = matrix.main_session().name  # the newest row: what the tests venv holds
 
 ALPHA = '''
 import torch
