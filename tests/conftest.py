@@ -4,6 +4,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from harness.core.paths import ROOT
@@ -15,6 +16,11 @@ torch.compile(torch.sin, backend="inductor")(torch.ones(2))
 torch._dynamo.reset()
 
 pytest_plugins = ["pytester"]
+
+# The tests that run or build the checkout's session venvs (.nox: nox sessions, repro, reduce, bisect,
+# explore) share one pytest-xdist group, so that two of them never build one venv at once when the suite
+# runs on several workers (`--dist loadgroup`); the other tests spread over the workers.
+CHECKOUT_VENVS = pytest.mark.xdist_group("checkout-venvs")
 
 
 def copy_project(target: pathlib.Path) -> pathlib.Path:

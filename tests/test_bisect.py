@@ -10,7 +10,9 @@ from harness.core import matrix, sessions, venvs, versions
 from harness.core.errors import BadInput
 from harness.tools import bisect, lightning_releases, targets as bisect_targets
 from harness.tools.repro import collector
-from tests.conftest import ROOT
+from tests.conftest import CHECKOUT_VENVS, ROOT
+
+pytestmark = CHECKOUT_VENVS  # runs or builds the checkout's session venvs (tests/conftest.py)
 
 CASE = "checkpoint/plain_checkpoint[cpu-aot_eager-fullgraph]"
 

@@ -10,7 +10,9 @@ import pytest
 
 from harness.core import matrix, paths, records
 from harness.report import explore
-from tests.conftest import ROOT, run_nox
+from tests.conftest import CHECKOUT_VENVS, ROOT, run_nox
+
+pytestmark = CHECKOUT_VENVS  # runs or builds the checkout's session venvs (tests/conftest.py)
 
 FAMILIES = ("autocast", "checkpoint", "empty_init", "nested_compile")
 OP_CLASSES = ("random", "inplace", "view", "reduction", "dtype_changing", "other")

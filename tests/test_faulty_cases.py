@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from harness.core import paths, records
-from tests.conftest import ROOT, copy_project, run_nox
+from tests.conftest import CHECKOUT_VENVS, ROOT, copy_project, run_nox
 from tests.test_isolation import (PLANTED_HEADER, SESSION, by_variant, case_records, ok_case,
                                   run_session_command, session_env)  # noqa: F401 (a fixture, used by name)
 
@@ -112,6 +112,7 @@ def test_writes_nothing(case):
 
 
 @pytest.mark.slow
+@CHECKOUT_VENVS
 def test_the_planted_file_through_nox_leaves_honest_bounded_records_and_a_clean_checkout(tmp_path):
     project = copy_project(tmp_path / "project")
     (project / "tests" / "planted").mkdir(parents=True)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from harness.core import matrix, paths, records, sessions
-from tests.conftest import ROOT, copy_project, run_nox
+from tests.conftest import CHECKOUT_VENVS, ROOT, copy_project, run_nox
 
 SESSION = matrix.main_session()  # what the tests venv holds
 
@@ -253,6 +253,7 @@ def nox_session(project, name, results, *args):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [SESSION.name, "cpu_torch25"])
+@CHECKOUT_VENVS
 def test_planted_faults_in_a_real_family_through_nox(tmp_path, name):
     spec = matrix.find(name)
     clean = copy_project(tmp_path / "clean")
@@ -339,6 +340,7 @@ ALONE = {"fails_unless_a_global_was_set": "fail"}
 
 
 @pytest.mark.slow
+@CHECKOUT_VENVS
 def test_planted_leaks_change_no_other_case_through_nox(tmp_path):
     project = copy_project(tmp_path / "project")
     planted = project / "cases" / "test_leaks.py"

@@ -8,7 +8,9 @@ import sys
 import pytest
 
 from harness.core import envcheck, matrix, paths, records, venvs
-from tests.conftest import ROOT
+from tests.conftest import CHECKOUT_VENVS, ROOT
+
+pytestmark = CHECKOUT_VENVS  # runs or builds the checkout's session venvs (tests/conftest.py)
 
 MAIN = matrix.main_session()  # the newest row's CPU session: what the tests session's venv holds
 MAIN_CUDA = next(s for s in matrix.load() if s.device == "cuda" and s.torch == MAIN.torch and not s.label)

@@ -14,10 +14,11 @@ from harness.core import matrix, sessions
 from harness.tools import scriptrun
 from harness.tools.reduce import command as reduce, tensors as reduce_tensors
 from harness.tools.repro import collector, script as repro_script
-from tests.conftest import ROOT
+from tests.conftest import CHECKOUT_VENVS, ROOT
 from tests.test_sweep import USER_SCRIPT
 
-pytestmark = pytest.mark.filterwarnings("ignore::SyntaxWarning")  # candidates compiled in-process
+pytestmark = [CHECKOUT_VENVS,  # runs or builds the checkout's session venvs (tests/conftest.py)
+              pytest.mark.filterwarnings("ignore::SyntaxWarning")]  # candidates compiled in-process
 CASE = "empty_init/copy_copy_in_compiled_fn_under_mode[cpu-eager-graphbreaks-pass_through]"
 
 

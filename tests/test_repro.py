@@ -10,7 +10,9 @@ from harness.core import matrix, paths, records, sessions
 from harness.core.outcomes import OUTCOMES
 from harness.tools.repro import collector, command as repro, op_example, script as repro_script
 from harness.tools.repro.property_example import chosen_example
-from tests.conftest import ROOT
+from tests.conftest import CHECKOUT_VENVS, ROOT
+
+pytestmark = CHECKOUT_VENVS  # runs or builds the checkout's session venvs (tests/conftest.py)
 
 
 def harness(*args, timeout=900, **env):

@@ -12,7 +12,9 @@ import pytest
 from harness.core import matrix, records, sources
 from harness.plugin import environment, reuse
 from harness.report import render
-from tests.conftest import ROOT, copy_project, run_nox
+from tests.conftest import CHECKOUT_VENVS, ROOT, copy_project, run_nox
+
+pytestmark = CHECKOUT_VENVS  # runs or builds the checkout's session venvs (tests/conftest.py)
 
 SESSION = matrix.main_session().name  # the newest row: what the tests venv holds
 
@@ -30,7 +32,6 @@ import pathlib
 
 import pytest
 import torch
-
 
 def test_cos(case):
     case.check(torch.cos, torch.randn(3, requires_grad=True), compiled=torch.compile(torch.cos, backend="eager"))
