@@ -115,13 +115,15 @@ def test_a_changed_family_file_runs_that_family_alone(project, tmp_path):
     assert "5 records reused; to run: nothing" in session(project, results)
     assert cases(results)["beta/setup_breaks_once"]["attempts"][0]["outcome"] == "error"
     path = project / "cases" / "test_beta.py"
-    path.write_text(path.read_text() + "\n# a change\n")
+    path.write_text(path.read_text() + "\n# a comment: the code is the same, nothing runs again\n")
+    assert "5 records reused; to run: nothing" in session(project, results)
+    path.write_text(path.read_text() + "\nCHANGED = True  # code: the family runs again\n")
     assert "3 records reused; to run: beta" in session(project, results)
     harness_file = project / "harness" / "plugin" / "casekit.py"
-    harness_file.write_text(harness_file.read_text() + "\n# a change\n")
+    harness_file.write_text(harness_file.read_text() + "\nCHANGED = True\n")
     assert "0 records reused; to run: alpha, beta" in session(project, results)
     report_file = project / "harness" / "report" / "render.py"  # never runs in a session
-    report_file.write_text(report_file.read_text() + "\n# a change\n")
+    report_file.write_text(report_file.read_text() + "\nCHANGED = True\n")
     assert "5 records reused; to run: nothing" in session(project, results)
 
 
@@ -195,7 +197,9 @@ def test_the_cases_support_modules_and_the_harness_modules_they_import_are_in_th
     for changed in ("cases/programs/nested_compile.py", "cases/shared_declarations.py", "harness/plugin/properties.py",
                     "harness/core/records.py"):
         path = tmp_path / changed
-        path.write_text(path.read_text() + "\n# changed\n")
+        path.write_text(path.read_text() + "\n# a comment only\n")
+        assert reuse.family_keys(spec, tmp_path) == before, changed  # the same code: the same keys
+        path.write_text(path.read_text() + "\nCHANGED = True\n")
         after = reuse.family_keys(spec, tmp_path)
         assert set(after.values()).isdisjoint(before.values()), changed
         before = after
