@@ -10,6 +10,7 @@ import re
 
 from harness.core import paths, records, versions
 from harness.core.outcomes import RAISED, upstream_link
+from harness.tools.scriptrun import printed_outcome
 
 
 def across_versions(case_id: str, directories) -> list[dict]:
@@ -71,7 +72,7 @@ def _what_went_wrong(info: dict, result: dict) -> tuple[str, str]:
             paragraph += f" This is documented behaviour ({refs})."
     elif outcome == "skip":
         title = f"`{subject}` cannot run on torch {version}"
-        paragraph = "The script skipped: " + next((line for line in result["output"].splitlines() if line.startswith("OUTCOME: skip")), "")
+        paragraph = "The script skipped: " + printed_outcome(result["output"])[1]
     else:
         title = f"{compile_call}: `{subject}` agrees with eager on torch {version}"
         paragraph = f"With torch {version}, eager and compiled runs agree and the feature does what it does eagerly."
