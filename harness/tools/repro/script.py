@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import pathlib
 import re
 import sys
@@ -24,7 +25,7 @@ BLOCKED = ("pytest", "_pytest", "harness", "hypothesis")
 
 # --- the script ---------------------------------------------------------------------------------------
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)  # shared by the cache of _statements
 class Statement:
     """A top-level statement of a source file: its text, and the names it defines and uses."""
 
@@ -42,6 +43,11 @@ def _names(node) -> set:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
+@functools.lru_cache(maxsize=64)
+def _parsed(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
 def _pytest_names(tree) -> set:
     """`pytest` and the module's names bound to pytest objects (`te_bug = pytest.mark...`), its own
     or imported from a cases/ support module (a shared declaration)."""
@@ -49,7 +55,7 @@ def _pytest_names(tree) -> set:
     for node in tree.body:
         support = _support_module(node)
         if support is not None:
-            bound = _pytest_names(ast.parse(support.read_text()))
+            bound = _pytest_names(_parsed(support.read_text()))
             names |= {a.asname or a.name for a in node.names if a.name in bound}
     while changed:
         changed = False
@@ -66,6 +72,11 @@ def statements(source: str, docstrings: bool = True) -> list[Statement]:
     """The top-level statements of `source`, each with the comment lines right above it, less
     the decorators that only speak to pytest (parameters and marks: the script calls the function
     with literals), and less docstrings if asked."""
+    return list(_statements(source, docstrings))
+
+
+@functools.lru_cache(maxsize=256)  # an export reads the same support modules several times, a sweep for every case
+def _statements(source: str, docstrings: bool) -> tuple[Statement, ...]:
     tree = ast.parse(source)
     lines = source.splitlines()
     pytest_names = _pytest_names(tree)
@@ -96,7 +107,7 @@ def statements(source: str, docstrings: bool = True) -> list[Statement]:
         else:
             defines = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         found.append(Statement(text, defines, uses - defines, node))
-    return found
+    return tuple(found)
 
 
 def as_block(statement: Statement) -> Statement:
