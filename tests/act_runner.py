@@ -14,6 +14,7 @@ import os
 import pathlib
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -134,6 +135,12 @@ class ActRun:
         return dest
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
+
+
 def run_act(repo: pathlib.Path, event: str, payload: pathlib.Path, workflow: str, *, work: pathlib.Path,
             toolcache: pathlib.Path, job: str | None = None, variables: dict | None = None,
             env: dict | None = None, timeout: float = 1800) -> ActRun:
@@ -142,6 +149,7 @@ def run_act(repo: pathlib.Path, event: str, payload: pathlib.Path, workflow: str
     artifacts = work / "artifacts"
     command = [ACT, event, "-W", f".github/workflows/{workflow}", "-e", str(payload),
                "-P", "ubuntu-latest=-self-hosted", "--artifact-server-path", str(artifacts),
+               "--artifact-server-port", str(free_port()),  # act's fixed default: two runs at once would share one server
                "--cache-server-path", str(work / "cache"), "--action-offline-mode",
                "-s", "GITHUB_TOKEN=act-token"]
     sources = action_sources(repo / ".github" / "workflows")

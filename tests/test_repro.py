@@ -10,9 +10,7 @@ from harness.core import matrix, paths, records, sessions
 from harness.core.outcomes import OUTCOMES
 from harness.tools.repro import collector, command as repro, op_example, script as repro_script
 from harness.tools.repro.property_example import chosen_example
-from tests.conftest import CHECKOUT_VENVS, ROOT
-
-pytestmark = CHECKOUT_VENVS  # runs or builds the checkout's session venvs (tests/conftest.py)
+from tests.conftest import ROOT
 
 
 def harness(*args, timeout=900, **env):
@@ -65,7 +63,7 @@ def test_scripts_print_the_outcome_the_matrix_records(collected, tmp_path):
     assert len(picks) >= 6, picks
     results = tmp_path / "results"
     nodeids = [collected[c]["nodeid"] for c in picks]
-    spec = matrix.find("cpu_torch215")
+    spec = matrix.main_session()  # the tests venv's pins: its scripts run in this interpreter
     subprocess.run([sys.executable, *sessions.pytest_args(spec, [*nodeids, "-q", f"--results-dir={results}",
                                                                  "--session-name=probe"])],
                    cwd=ROOT, capture_output=True, text=True, timeout=1800, env=sessions.clean_env())
