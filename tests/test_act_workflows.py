@@ -133,7 +133,8 @@ def test_a_pass_turned_to_fail_turns_the_pull_request_red_on_the_cases_line(tmp_
 
 
 def test_known_bug_cells_leave_the_pull_request_green(tmp_path, toolcache):
-    text = (ROOT / FAMILY).read_text() + "\n# a comment: the family runs again, nothing changes\n"
+    # A line of code (a comment alone runs nothing): the family runs again, and no outcome changes.
+    text = (ROOT / FAMILY).read_text() + "\nA_LINE_OF_CODE = True\n"
     run, report, signal = table_signal(tmp_path, toolcache, {FAMILY: text})
     records = [json.loads(line) for line in (signal / "pr-results" / f"{NEWEST}.jsonl").read_text().splitlines()]
     known = [r for r in records if r.get("kind") == "case" and r["outcome"] == "known"]

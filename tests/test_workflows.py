@@ -518,6 +518,28 @@ def test_a_change_to_what_every_family_loads_runs_every_family(support):
     assert len(pr_table().case_files([support])) == len(list((ROOT / "cases").glob("test_*.py")))
 
 
+def test_a_change_of_comments_or_docstrings_alone_runs_nothing(tmp_path):
+    module = pr_table()
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "cases", repo / "cases", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "notes.txt").write_text("a note\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"],
+                 ["checkout", "-qb", "feature"]):
+        module.git(repo, *args)
+
+    def commit_and_list(path, text):
+        (repo / path).write_text(text)
+        module.git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "change")
+        return module.changed_paths("main", repo)
+
+    family = "cases/test_checkpoint.py"
+    source = (repo / family).read_text()
+    commented = source.replace('"""', '"""A sentence added to the docstring. ', 1) + "\n# a comment\n"
+    assert commit_and_list(family, commented) == []
+    assert commit_and_list(family, commented + "CHANGED = True\n") == [family]
+    assert commit_and_list("notes.txt", "a note\n# not Python: any change counts\n") == [family, "notes.txt"]
+
+
 def test_a_pull_request_runs_the_families_it_changes():
     module = pr_table()
     assert module.case_files(["cases/test_checkpoint.py", "README.md"]) == ["cases/test_checkpoint.py"]

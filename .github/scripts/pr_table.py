@@ -10,7 +10,8 @@ A change to what every family loads (a harness module that runs in a session: ha
 harness/plugin; harness/core/matrix.toml; or a module under cases/ that is not a case file:
 cases/conftest.py, cases/programs/, the shared declarations) runs every family; a change to a case
 file runs its family. These are the inputs of the reuse key (harness/core/sources.py), so the two
-cannot disagree on what a change touches.
+cannot disagree on what a change touches; like the key, a Python file whose code is the same (a
+comment, a docstring) is no change.
 """
 
 from __future__ import annotations
@@ -22,13 +23,27 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # the checkout, for `harness`
 
 from harness.core import matrix, paths, records, versions  # noqa: E402
-from harness.core.sources import case_support_files, family_files, session_modules  # noqa: E402
+from harness.core.sources import case_support_files, code_text, family_files, session_modules  # noqa: E402
 
 
-def changed_paths(base: str) -> list[str]:
-    done = subprocess.run(["git", "diff", "--name-only", f"{base}...HEAD"], cwd=paths.ROOT, capture_output=True,
-                          text=True, check=True)
-    return done.stdout.split()
+def git(root: pathlib.Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, errors="replace", check=check)
+
+
+def changed_paths(base: str, root: pathlib.Path = paths.ROOT) -> list[str]:
+    """The files the pull request changes since its merge base with `base`, less the Python files whose
+    code is the same (a comment or a docstring): the reuse key and the table's staleness ignore those too."""
+    since = git(root, "merge-base", base, "HEAD").stdout.strip()
+    return [path for path in git(root, "diff", "--name-only", f"{since}..HEAD").stdout.split()
+            if changes_code(path, git(root, "show", f"{since}:{path}", check=False), root / path)]
+
+
+def changes_code(path: str, before: subprocess.CompletedProcess, after: pathlib.Path) -> bool:
+    """Whether `path` differs in more than comments and docstrings; an added or a removed file does."""
+    if before.returncode != 0 or not after.is_file():
+        return True
+    now = after.read_text(encoding="utf-8", errors="replace")
+    return code_text(before.stdout) != code_text(now) if path.endswith(".py") else before.stdout != now
 
 
 def case_files(changed: list[str]) -> list[str]:
