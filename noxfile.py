@@ -24,7 +24,7 @@ import nox
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # nox does not put it there
 
-from harness.core import matrix, paths, runsession, sessions, venvs  # noqa: E402
+from harness.core import limits, matrix, paths, runsession, sessions, venvs  # noqa: E402
 from harness.core.errors import BadInput  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
@@ -73,21 +73,20 @@ SUITE_GIB_PER_WORKER = 6  # a test runs a session: torch, inductor, an xdist wor
 
 
 def suite_workers() -> int:
-    """pytest-xdist workers of the harness's own suite: one a core, as far as memory allows. Its tests
-    mostly wait on one process each (a session, a script), so they share a machine's cores well; those
+    """pytest-xdist workers of the harness's own suite: one a core, as far as memory allows; the tests
     that run or build the checkout's session venvs stay on one worker (tests/conftest.py)."""
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return max(1, min(os.cpu_count() or 1, int(memory // SUITE_GIB_PER_WORKER)))
+    memory_gib = limits.memory_limit_bytes("100%") / 2**30  # all of this machine's memory
+    return max(1, min(os.cpu_count() or 1, int(memory_gib // SUITE_GIB_PER_WORKER)))
 
 
 @nox.session(python=DEFAULT_SESSION.python, download_python="never", default=False)
 def tests(session: nox.Session) -> None:
     """Run the harness's own test suite (real torch, real compile, real nox) on a worker a core; pytest arguments narrow it (`-- tests/test_x.py -k y`, `-n 1`); then say which rows of the table are stale."""
+    args = list(session.posargs)
     wheel = venvs.torch_wheel(DEFAULT_SESSION)  # the main job's torch build, chosen as its session chooses
     session.log(venvs.describe_wheel(wheel))
     for step in venvs.install_steps(DEFAULT_SESSION, wheel, tools=["-e", ".[dev]"]):  # the main job's pins, the tools
         session.install(*step)
-    args = list(session.posargs)
     spread = [] if any(a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist" for a in args) \
         else ["-n", str(suite_workers()), "--dist", "loadgroup"]
     session.run("python", "-m", "pytest", *([] if sessions.targets_in(args) else ["tests/"]), *spread, *args)

@@ -34,16 +34,24 @@ def changed_paths(base: str, root: pathlib.Path = paths.ROOT) -> list[str]:
     """The files the pull request changes since its merge base with `base`, less the Python files whose
     code is the same (a comment or a docstring): the reuse key and the table's staleness ignore those too."""
     since = git(root, "merge-base", base, "HEAD").stdout.strip()
+
+    def at_base(path: str) -> str | None:
+        shown = git(root, "show", f"{since}:{path}", check=False)
+        return shown.stdout if shown.returncode == 0 else None
+
+    def now(path: str) -> str | None:
+        return (root / path).read_text(encoding="utf-8", errors="replace") if (root / path).is_file() else None
+
     return [path for path in git(root, "diff", "--name-only", f"{since}..HEAD").stdout.split()
-            if changes_code(path, git(root, "show", f"{since}:{path}", check=False), root / path)]
+            if changes_code(path, at_base(path), now(path))]
 
 
-def changes_code(path: str, before: subprocess.CompletedProcess, after: pathlib.Path) -> bool:
-    """Whether `path` differs in more than comments and docstrings; an added or a removed file does."""
-    if before.returncode != 0 or not after.is_file():
+def changes_code(path: str, before: str | None, after: str | None) -> bool:
+    """Whether `path` differs in more than comments and docstrings (a Python file, compared as
+    harness.core.sources.digest compares it); an added or a removed file (None) does."""
+    if before is None or after is None:
         return True
-    now = after.read_text(encoding="utf-8", errors="replace")
-    return code_text(before.stdout) != code_text(now) if path.endswith(".py") else before.stdout != now
+    return code_text(before) != code_text(after) if path.endswith(".py") else before != after
 
 
 def case_files(changed: list[str]) -> list[str]:
