@@ -24,7 +24,7 @@ import nox
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # nox does not put it there
 
-from harness.core import limits, matrix, paths, runsession, sessions, venvs  # noqa: E402
+from harness.core import caseid, limits, matrix, paths, runsession, sessions, venvs  # noqa: E402
 from harness.core.errors import BadInput  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
@@ -79,10 +79,20 @@ def suite_workers() -> int:
     return max(1, min(os.cpu_count() or 1, int(memory_gib // SUITE_GIB_PER_WORKER)))
 
 
+def missing_test_files(args) -> list[str]:
+    """The arguments that name a Python file or a node id in one, and are not there."""
+    given = set(sessions.targets_in(args))
+    return [arg for arg in args if not arg.startswith("-") and arg not in given
+            and caseid.nodeid_file(arg).endswith(".py")]
+
+
 @nox.session(python=DEFAULT_SESSION.python, download_python="never", default=False)
 def tests(session: nox.Session) -> None:
     """Run the harness's own test suite (real torch, real compile, real nox) on a worker a core; pytest arguments narrow it (`-- tests/test_x.py -k y`, `-n 1`); then say which rows of the table are stale."""
     args = list(session.posargs)
+    missing = missing_test_files(args)
+    if missing:  # before any install; and under pytest-xdist, pytest's own "not found" error is lost
+        session.error(f"no such test file: {missing[0]}")
     wheel = venvs.torch_wheel(DEFAULT_SESSION)  # the main job's torch build, chosen as its session chooses
     session.log(venvs.describe_wheel(wheel))
     for step in venvs.install_steps(DEFAULT_SESSION, wheel, tools=["-e", ".[dev]"]):  # the main job's pins, the tools

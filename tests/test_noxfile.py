@@ -105,6 +105,15 @@ def test_unknown_session_is_an_error():
     assert "Sessions not found: cpu_torch99" in result.stderr
 
 
+@pytest.mark.parametrize("target", ["tests/test_matrx.py", "tests/test_matrx.py::test_a_row"])
+def test_a_mistyped_test_file_stops_the_tests_session_before_it_installs(tmp_path, target):
+    # Under pytest-xdist, pytest's own "file or directory not found" never reaches the terminal.
+    result = nox("-s", "tests", "--envdir", str(tmp_path / "envs"), "--", target, "-k", "row")
+    assert result.returncode != 0
+    assert "Session tests aborted: no such test file: " + target in result.stderr
+    assert "uv pip install" not in result.stderr
+
+
 def test_check_env_cli_refuses_drifted_pins():
     result = subprocess.run([sys.executable, "-m", "harness", "check-env", "cpu_torch21"],
                             cwd=ROOT, capture_output=True, text=True)
