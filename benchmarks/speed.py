@@ -169,9 +169,7 @@ def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str, 
         return seconds
 
     for name in names:  # cold: inductor and Triton compile afresh
-        for cache in sessions.compile_cache_env(venvs.venv_dir(name)).values():
-            if cache.startswith("/"):
-                shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(sessions.compile_caches(venvs.venv_dir(name)), ignore_errors=True)
     figures = {}
     print("  matrix cold (every case afresh, empty compile caches):", flush=True)
     figures["cold"] = run_all(ROOT, results, "--fresh")

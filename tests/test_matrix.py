@@ -1,6 +1,6 @@
 import pytest
 
-from harness.core import matrix
+from harness.core import matrix, sessions
 from harness.tools import lightning_releases
 from packaging.version import Version
 
@@ -82,6 +82,8 @@ ROW = '[[torch]]\ntorch = "2.5.1"\nlightning = "2.4.0"\npython = "3.11"\npypi_cu
         (ROW + 'cuda = ["cu121"]\n', "index 'cu121' is not in \\[indexes\\]"),
         (ROW + ROW, "sessions defined twice"),
         ("[[torch]\n", "cannot read matrix"),
+        (ROW + 'env = { TORCHINDUCTOR_FX_GRAPH_CACHE = 1 }\n', "env must be a table of NAME = \"text\""),
+        (ROW + 'env = "TORCHINDUCTOR_FX_GRAPH_CACHE=1"\n', "env must be a table"),
     ],
 )
 def test_malformed_table_is_a_clear_error(tmp_path, text, error):
@@ -89,6 +91,17 @@ def test_malformed_table_is_a_clear_error(tmp_path, text, error):
     path.write_text(text)
     with pytest.raises(matrix.MatrixError, match=error):
         matrix.load(path)
+
+
+def test_a_row_declares_the_environment_its_cases_run_with(tmp_path):
+    # Torch's own defaults unless the row says otherwise: the session's pytest run gets the variable.
+    path = tmp_path / "matrix.toml"
+    path.write_text(ROW + 'env = { TORCHINDUCTOR_FX_GRAPH_CACHE = "1" }\n')
+    (declared,) = matrix.load(path)
+    assert sessions.run_env(declared, tmp_path, sessions.Workers(1, ""))["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "1"
+    path.write_text(ROW)
+    (plain,) = matrix.load(path)
+    assert not any(key.startswith("TORCHINDUCTOR_") for key in sessions.run_env(plain, tmp_path, sessions.Workers(1, "")))
 
 
 def test_adding_a_version_is_one_row(tmp_path):

@@ -49,6 +49,9 @@ class Session:
     # The Lightning axis: the session of the row (era Lightning) whose pins this one repeats with the
     # newest Lightning that supports its torch; it runs only the cases that use Lightning.
     lightning_of: str | None = None
+    # Environment variables the session's cases run with, as the row declares them (a torch cache flag):
+    # torch's own defaults otherwise.
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def description(self) -> str:
@@ -145,6 +148,13 @@ def _seconds(value, where: str) -> int:
         raise MatrixError(f"{where}: case_timeout {value!r} is not a number of seconds") from None
 
 
+def _env(value, where: str) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and re.fullmatch(r"[A-Z_][A-Z0-9_]*", k) and isinstance(v, str) for k, v in value.items()):
+        raise MatrixError(f"{where}: env must be a table of NAME = \"text\" (environment variables), not {value!r}")
+    return tuple(sorted(value.items()))
+
+
 def read_table(path: pathlib.Path = MATRIX_FILE) -> dict:
     try:
         return tomllib.loads(pathlib.Path(path).read_text())
@@ -183,6 +193,7 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
             extra=tuple(row.get("extra", ())),
             case_timeout=_seconds(row.get("case_timeout", defaults.get("case_timeout", limits.DEFAULT_TIME_LIMIT)), where),
             label=label,
+            env=_env(row.get("env", {}), where),
         )
         age = ("oldest",) if row is plain_rows[0] else ("latest",) if row is plain_rows[-1] else ()
         era = Session(name=session_name("cpu", torch, label), device="cpu", cuda_major=None, index=None,
@@ -209,6 +220,7 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
             lightning=str(_require(nightly, "lightning", "nightly")),
             python=str(_require(nightly, "python", "nightly")),
             extra=tuple(nightly.get("extra", ())),
+            env=_env(nightly.get("env", {}), "nightly"),
             nightly=True,
             case_timeout=_seconds(nightly.get("case_timeout", defaults.get("case_timeout", limits.DEFAULT_TIME_LIMIT)),
                                   "nightly"),

@@ -1,6 +1,6 @@
 """How a matrix session runs its cases, in one place for the noxfile, the tools, the benchmarks and
-the harness's tests: the pytest command, the environment variables it runs with (the compile caches
-in its venv), and the environment of a tool's run that must not inherit a session's or pytest's."""
+the harness's tests: the pytest command, the environment variables it runs with (where its cases'
+compile caches live), and the environment of a tool's run that must not inherit a session's or pytest's."""
 
 from __future__ import annotations
 
@@ -46,15 +46,27 @@ def choose_workers(spec: matrix.Session) -> Workers:
     return Workers(count, f"{cores} cores, {memory:.0f} GiB of GPU memory at {GPU_GIB_PER_WORKER} GiB a worker")
 
 
-def compile_cache_env(venv: os.PathLike) -> dict:
-    """Inductor's and Triton's caches live in the session's venv: a re-run reuses compiled
-    kernels, and a rebuilt venv (changed pins) starts without stale ones."""
-    root = pathlib.Path(venv)
-    return {
-        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor-cache"),
-        "TRITON_CACHE_DIR": str(root / "triton-cache"),
-        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",  # off by default before torch 2.4
-    }
+COMPILE_CACHES_ENV = "HARNESS_COMPILE_CACHES"  # where a session's cases keep their compile caches, one each
+
+
+def compile_caches(venv: os.PathLike) -> pathlib.Path:
+    """The root of a session's per-case compile caches (harness.plugin.compilecaches): in its venv, so a
+    rebuilt venv (changed pins) starts without stale ones."""
+    return pathlib.Path(venv) / "compile-caches"
+
+
+def case_cache_env(spec: matrix.Session, venv: os.PathLike) -> dict:
+    """Environment of a session's pytest run as far as compiling goes: each case compiles into caches of
+    its own under compile_caches(venv), with torch's own cache defaults but for what the row declares
+    (its `env`)."""
+    return {COMPILE_CACHES_ENV: str(compile_caches(venv)), **dict(spec.env)}
+
+
+def script_cache_env(venv: os.PathLike) -> dict:
+    """Inductor's and Triton's caches of a tool's script runs in a session venv (repro, reduce, sweep):
+    one place in the venv that a run reuses, torch's cache defaults otherwise."""
+    root = pathlib.Path(venv) / "script-caches"
+    return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}
 
 
 # pytest options whose value is the next argument: that value is not a path to run.
@@ -121,11 +133,11 @@ def pytest_args(spec: matrix.Session, args=(), workers: Workers | None = None) -
 def run_env(spec: matrix.Session, venv: os.PathLike, workers: Workers | None = None) -> dict:
     """Environment variables of the session's pytest run."""
     workers = workers or choose_workers(spec)
-    return {SESSION_ENV: spec.name, WORKERS_BASIS_ENV: workers.basis, **compile_cache_env(venv)}
+    return {SESSION_ENV: spec.name, WORKERS_BASIS_ENV: workers.basis, **case_cache_env(spec, venv)}
 
 
 # Environment that must not leak from a nox session or a surrounding pytest into a tool's runs.
-DROP_ENV = (SESSION_ENV, paths.RESULTS_ENV, "PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+DROP_ENV = (SESSION_ENV, paths.RESULTS_ENV, COMPILE_CACHES_ENV, "PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 
 
 def clean_env(**extra) -> dict:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from harness.core import paths, records, versions
-from harness.core.sessions import SESSION_ENV
+from harness.core.sessions import COMPILE_CACHES_ENV, SESSION_ENV
 from harness.core.venvs import install_environment, installed_torch_wheel
 
 
@@ -63,6 +63,29 @@ def _cpu_model(lscpu: str | None) -> str:
     return platform.processor() or platform.machine()
 
 
+# Torch's cache flags, where this torch has them: (module, flag).
+CACHE_FLAGS = (("torch._inductor.config", "fx_graph_cache"), ("torch._inductor.config", "fx_graph_remote_cache"),
+               ("torch._functorch.config", "enable_autograd_cache"), ("torch._inductor.config", "autotune_local_cache"))
+
+
+def compile_caches() -> dict:
+    """Which of torch's compile caches are on in the session (its defaults, or what the row's `env`
+    sets), the variables that set them, and where each case's caches live."""
+    import importlib
+
+    flags = {}
+    for module_name, flag in CACHE_FLAGS:
+        try:
+            flags[flag] = getattr(importlib.import_module(module_name), flag)
+        except (ImportError, AttributeError):  # not in this torch
+            continue
+    return {
+        "flags": flags,
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("TORCHINDUCTOR_", "TRITON_"))},
+        "per_case": os.environ.get(COMPILE_CACHES_ENV) or "the pytest run's temporary directory",
+    }
+
+
 def environment_record(session: str) -> dict:
     import torch
 
@@ -90,6 +113,7 @@ def environment_record(session: str) -> dict:
         "install_environment": install_environment(),
         "torch_wheel": installed_torch_wheel(),  # {"build": "cpu"|"registry default"|index, "index", "reason"?}
         "packages": installed_packages(),
+        "compile_caches": compile_caches(),
         "collect_env": pretty,
     }
 

@@ -134,7 +134,8 @@ def machine(spec: matrix.Session) -> dict:
 
 def options(spec: matrix.Session) -> dict:
     """The options of a session's run that change outcomes."""
-    return {"case_timeout": spec.case_timeout, "reruns": limits.case_reruns(), "memory_limit": limits.memory_limit()}
+    return {"case_timeout": spec.case_timeout, "reruns": limits.case_reruns(), "memory_limit": limits.memory_limit(),
+            "env": dict(spec.env)}
 
 
 def family_keys(spec: matrix.Session, root: pathlib.Path = paths.ROOT, sources: dict | None = None) -> dict[str, str]:

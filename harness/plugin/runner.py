@@ -21,7 +21,7 @@ from _pytest.runner import runtestprotocol
 
 from harness.core import limits, outcomes, records
 from harness.core.caseid import case_identity
-from harness.plugin import cudaguard, isolation
+from harness.plugin import compilecaches, cudaguard, isolation
 from harness.plugin.warmup import warm_up
 from harness.plugin.workerlog import WorkerLog
 
@@ -218,6 +218,8 @@ class CaseRunner:
         self.reruns = max(config.getoption("case_reruns"), 0)
         workers = 1
         directory = None
+        self.worker = workerinput["workerid"] if workerinput else "main"
+        self.caches = None
         if workerinput:
             workers = int(workerinput.get("workercount", 1))
             directory = workerinput.get("harness_worker_dir")
@@ -240,10 +242,12 @@ class CaseRunner:
         # Made here, once: a forked child that made it first would make it anew, deleting what every
         # earlier case left there (with xdist the base is given, and pytest clears a given one).
         self.config._tmp_path_factory.getbasetemp()
+        self.caches = compilecaches.CaseCaches.install(self.config, self.worker)
         warm_up(self.forking, gpu=cudaguard.gpu_visible() if self.forking else False)
         from harness.plugin.torchstate import TorchState
 
         self.state = TorchState()
+        self.caches.warmed_up()
         if self.forking:
             reason = isolation.probe()
             if reason and self.isolation == "fork":
@@ -326,12 +330,15 @@ class CaseRunner:
         while True:
             if self.log is not None:
                 self.log.case_started(case_identity(item), time_limit(item))
-            if not self.forking:
-                reports, left = self.attempt_here(item, nextitem)
-            elif skipped_by_marks(item):  # no code of the case runs: no child to fork (CUDA variants here)
+            if self.forking and skipped_by_marks(item):  # no code of the case runs: no child to fork (CUDA variants)
                 reports, left = self.attempt_here(item, None)
             else:
-                reports, left = self.attempt_forked(item)
+                self.caches.enter_case(case_identity(item)["case"])
+                try:
+                    reports, left = self.attempt_forked(item) if self.forking else self.attempt_here(item, nextitem)
+                finally:
+                    outside = self.caches.leave_case()
+                left = left + outside
             leaked += [thing for thing in left if thing not in leaked]
             final = _outcome_of(reports)
             attempts.append({k: final[k] for k in ("outcome", "exc_type", "message")})

@@ -47,7 +47,7 @@ def run_case(target: Target, nodeid: str, case_id: str) -> Result:
     with tempfile.TemporaryDirectory(prefix="harness-bisect-") as tmp:
         command = [str(target.python), *sessions.pytest_args(
             spec, [nodeid, "-q", "-p", "no:cacheprovider", "--results-dir", tmp, "--session-name", target.session])]
-        env = sessions.clean_env(**(sessions.compile_cache_env(venvs.venv_of(target.python)) if target.spec else {}))
+        env = sessions.clean_env(**(sessions.case_cache_env(target.spec, venvs.venv_of(target.python)) if target.spec else {}))
         try:
             done = subprocess.run(command, cwd=paths.ROOT, env=env, capture_output=True, text=True,
                                   errors="replace", timeout=spec.case_timeout + 600)

@@ -140,11 +140,11 @@ def memory_limit_bytes(spec: str | None) -> int | None:
 def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEOUT, memory_limit: str | None = None,
         cache_dir: os.PathLike | None = None, without_compile: bool = False, blocked: tuple[str, ...] = ()) -> ScriptRun:
     """Run `script` with `python` from an empty directory and classify the run. `cache_dir`: the
-    session venv whose compile caches (harness.core.sessions.compile_cache_env) the run shares;
+    session venv whose compile caches (harness.core.sessions.script_cache_env) the run shares;
     `without_compile`: torch.compile replaced by the identity (WITHOUT_COMPILE); `blocked`: modules
     the script cannot import, run in isolated mode (FRESH_WITH_BLOCKED)."""
     script = pathlib.Path(script).resolve()
-    env = sessions.clean_env(**(sessions.compile_cache_env(cache_dir) if cache_dir else {}))
+    env = sessions.clean_env(**(sessions.script_cache_env(cache_dir) if cache_dir else {}))
     env.pop("PYTHONPATH", None)  # a user's script runs as a user runs it: the harness is not on its path
     env["PYTHONFAULTHANDLER"] = "1"  # a crash in native code prints where it happened
     started = time.monotonic()
@@ -252,7 +252,7 @@ class WarmRunner:
         self.python, self.cache_dir = python, cache_dir
         self.memory = memory_limit_bytes(memory_limit)
         self.workdir = tempfile.TemporaryDirectory(prefix="harness-warm-")
-        env = sessions.clean_env(**(sessions.compile_cache_env(cache_dir) if cache_dir else {}),
+        env = sessions.clean_env(**(sessions.script_cache_env(cache_dir) if cache_dir else {}),
                               TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONFAULTHANDLER="1",
                               HARNESS_PRELOAD=",".join(preload))
         env.pop("PYTHONPATH", None)

@@ -1,0 +1,107 @@
+"""No compiled artifact passes from one case to another (harness.plugin.compilecaches): two planted
+cases that could communicate only through inductor's on-disk cache, run with the session's own pytest
+command (real xdist worker, real fork, real inductor)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from harness.core import records, sessions
+from tests.conftest import ROOT
+from harness.plugin.compilecaches import CaseCaches
+from tests.test_isolation import SESSION, by_variant, case_records, run_session_command
+
+# The first case compiles `triple`, then rewrites the wrapper inductor left on disk so that whoever
+# loads it gets 1000 added: a later compile of the same program finds the file by its hash and loads
+# it as it is. The second compiles the same program and must compute it.
+PLANTED = '''import os
+import pathlib
+
+import torch
+
+TAMPER = """
+_compiled_call = call
+
+
+def call(args):
+    outputs = _compiled_call(args)
+    outputs[0].add_(1000)  # planted by an earlier case
+    return outputs
+"""
+
+
+def triple(x):
+    return x * 3
+
+
+def test_leaves_a_tampered_kernel(case):
+    assert torch.compile(triple, backend="inductor")(torch.ones(4)).tolist() == [3.0] * 4
+    cache = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    wrappers = [path for path in cache.rglob("*.py") if "def call(" in path.read_text()]
+    assert wrappers, f"no compiled wrapper under {cache}"
+    for path in wrappers:
+        path.write_text(path.read_text() + TAMPER)
+
+
+def test_computes_triple(case):
+    assert torch.compile(triple, backend="inductor")(torch.ones(4)).tolist() == [3.0] * 4
+'''
+
+# What a fresh process computes when it compiles `triple` with a given cache directory.
+SERVED = """import torch
+
+
+def triple(x):
+    return x * 3
+
+
+print(torch.compile(triple, backend="inductor")(torch.ones(4)).tolist())
+"""
+
+
+def served_from(cache_dir) -> list:
+    env = sessions.clean_env(TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
+    done = subprocess.run([sys.executable, "-c", SERVED], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_two_cases_cannot_communicate_through_a_compile_cache(pytester, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv(sessions.SESSION_ENV, SESSION.name)
+    caches = tmp_path / "compile-caches"
+    monkeypatch.setenv(sessions.COMPILE_CACHES_ENV, str(caches))
+    planted = pytester.makepyfile(test_cache_plant=PLANTED)
+    result, path, _ = run_session_command(pytester, planted, "--timeout=300")
+    cases = by_variant(case_records(path))
+    assert {name: record["outcome"] for name, record in cases.items()} == {
+        "leaves_a_tampered_kernel": "pass", "computes_triple": "pass"}, result.stdout.str()[-3000:]
+    assert not any(record.get("leaked") for record in cases.values()), cases
+    # The artifact is real: a process served from the first case's cache gets the planted program.
+    first = CaseCaches(caches, "gw0").case_directory(cases["leaves_a_tampered_kernel"]["case"])
+    assert served_from(first / "inductor") == [1003.0] * 4
+    second = CaseCaches(caches, "gw0").case_directory(cases["computes_triple"]["case"])
+    assert served_from(second / "inductor") == [3.0] * 4
+    # The session ran with torch's own cache defaults, and its environment record says which were on.
+    environment = records.read(path)[0]["compile_caches"]
+    assert environment["flags"]["fx_graph_cache"] is True and "TORCHINDUCTOR_FX_GRAPH_CACHE" not in environment["env"]
+    assert environment["per_case"].endswith("/compile-caches")  # the record writes the temporary root as <tmp>
+
+
+def test_the_cache_directories_a_case_resolves_are_its_own(tmp_path, monkeypatch):
+    """The link every compile resolves through is repointed in one step, and back after the case."""
+    monkeypatch.setenv(sessions.COMPILE_CACHES_ENV, str(tmp_path))
+    caches = CaseCaches(tmp_path, "gw0")
+    caches.point_at(caches.warm_up)
+    caches.warmed_up()
+    caches.enter_case("family/variant[a]")
+    assert os.path.realpath(caches.link) == str(caches.case_directory("family/variant[a]"))
+    (caches.link / "inductor" / "kernel.so").write_text("x")
+    assert caches.leave_case() == []
+    assert os.path.realpath(caches.link) == str(caches.warm_up)
+    assert (caches.case_directory("family/variant[a]") / "inductor" / "kernel.so").exists()
+    assert caches.case_directory("family/variant[a]") != caches.case_directory("family/variant[b]")
+    caches.enter_case("family/variant[b]")
+    (caches.warm_up / "inductor" / "late.so").write_text("x")  # a case that wrote outside its caches
+    assert "warm-up cache" in caches.leave_case()[0]
