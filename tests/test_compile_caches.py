@@ -94,8 +94,11 @@ def test_the_cache_directories_a_case_resolves_are_its_own(tmp_path, monkeypatch
     monkeypatch.setenv(sessions.COMPILE_CACHES_ENV, str(tmp_path))
     caches = CaseCaches(tmp_path, "gw0")
     caches.point_at(caches.warm_up)
+    (caches.link / "inductor" / "prefix.h").write_text("warm-up")  # what torch 2.1 writes once per process
     caches.warmed_up()
     caches.enter_case("family/variant[a]")
+    assert (caches.link / "inductor" / "prefix.h").read_text() == "warm-up", "a case starts with the warm-up's files"
+    (caches.link / "inductor" / "prefix.h").write_text("changed by the case")  # a copy: the warm-up's stays
     assert os.path.realpath(caches.link) == str(caches.case_directory("family/variant[a]"))
     (caches.link / "inductor" / "kernel.so").write_text("x")
     assert caches.leave_case() == []
@@ -104,4 +107,4 @@ def test_the_cache_directories_a_case_resolves_are_its_own(tmp_path, monkeypatch
     assert caches.case_directory("family/variant[a]") != caches.case_directory("family/variant[b]")
     caches.enter_case("family/variant[b]")
     (caches.warm_up / "inductor" / "late.so").write_text("x")  # a case that wrote outside its caches
-    assert "warm-up cache" in caches.leave_case()[0]
+    assert "warm-up cache written" in caches.leave_case()[0]

@@ -390,6 +390,13 @@ def load(name):
     return yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))
 
 
+def test_the_nightly_explores_every_family():
+    # A family added in one case file is explored too: the list is the case files', not a memory of them.
+    from harness.core.sources import family_files
+
+    assert sorted(load("nightly.yml")["jobs"]["explore"]["strategy"]["matrix"]["family"]) == sorted(family_files())
+
+
 def jobs():
     return [(path.name, name, job) for path in sorted(WORKFLOWS.glob("*.yml"))
             for name, job in load(path.name)["jobs"].items()]

@@ -8,6 +8,9 @@ computes its cache directory once per process (`functools.lru_cache`), in the wa
 any case is forked. So both variables name one fixed path per worker, a symbolic link, and the worker
 points that link at the case's own directory before each attempt (a worker's attempts run one at a
 time). Whatever torch computed or cached, every path it writes resolves into the case's directory.
+What torch cached in memory may also say a file was written already (torch 2.1's C++ prefix header,
+`cpp_prefix_path`): so a case's directory starts as a copy of what the warm-up left in its own, the
+same for every case (a copy, not a link: a case that rewrites it changes only its own).
 
 A case's directory is kept across its attempts and the session's later runs (its key is its case id):
 a re-run of the same case may be served its own artifacts, never another's. The warm-up compiles into
@@ -20,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import shutil
 
 from harness.core import sessions
 
@@ -27,9 +31,23 @@ CACHE_DIRS = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton
 CASE_FILE = "case.txt"  # in a case's directory: which case it belongs to, for a reader
 
 
-def _files(directory: pathlib.Path) -> set[str]:
-    return {os.path.relpath(os.path.join(top, name), directory)
-            for top, _, names in os.walk(directory) for name in names}
+def _files(directory: pathlib.Path) -> dict[str, tuple[int, int]]:
+    """Each file under `directory` by its relative path: its size and modification time."""
+    found = {}
+    for top, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(top, name)
+            try:
+                info = os.stat(path)
+            except OSError:  # removed while walking
+                continue
+            found[os.path.relpath(path, directory)] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def _copy_if_missing(source: str, target: str) -> None:
+    if not os.path.lexists(target):
+        shutil.copy2(source, target)
 
 
 class CaseCaches:
@@ -40,7 +58,7 @@ class CaseCaches:
         self.root = pathlib.Path(root).absolute()
         self.link = self.root / "current" / worker
         self.warm_up = self.root / "warm-up" / worker
-        self.warm_up_files: set[str] = set()
+        self.warm_up_files: dict[str, tuple[int, int]] = {}
 
     @classmethod
     def install(cls, config, worker: str) -> "CaseCaches":
@@ -73,18 +91,21 @@ class CaseCaches:
 
     def enter_case(self, case_id: str) -> None:
         directory = self.case_directory(case_id)
-        self.point_at(directory)
+        # What the warm-up left that the case's directory lacks (new, or kept from an earlier run).
+        shutil.copytree(self.warm_up, directory, symlinks=True, dirs_exist_ok=True, copy_function=_copy_if_missing)
         label = directory / CASE_FILE
         if not label.exists():
             label.write_text(case_id + "\n", encoding="utf-8")
+        self.point_at(directory)
 
     def leave_case(self) -> list[str]:
         """The link back on the warm-up's directory; what the case left outside its own caches."""
         self.point_at(self.warm_up)
         now = _files(self.warm_up)
-        added = now - self.warm_up_files
+        changed = sorted(path for path in now.keys() | self.warm_up_files.keys()
+                         if now.get(path) != self.warm_up_files.get(path))
         self.warm_up_files = now
-        if not added:
+        if not changed:
             return []
-        return [f"compile caches: {len(added)} file(s) written into the worker's warm-up cache, not the "
-                f"case's own ({sorted(added)[0]})"]
+        return [f"compile caches: {len(changed)} file(s) of the worker's warm-up cache written, not the "
+                f"case's own ({changed[0]})"]

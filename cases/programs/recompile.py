@@ -1,0 +1,240 @@
+"""Programs that compile one op's function again and again in one run: the same code meets a
+sequence of ambient states (autocast, grad mode, default dtype, precision flags, an entered mode,
+its inputs' dtype or requires_grad, ...) with Dynamo's, inductor's and AOTAutograd's caches warm in
+memory, warm on disk, or off (issue #37).
+
+The script (a plain-torch one, as every op program's, cases/programs/op_programs.py) calls one
+compiled function under each state in turn, then judges each state's results twice: against eager
+under that state (the op's tolerances, widened where the state lowers precision) and against a
+fresh compile of the same program under that state alone, from a reset Dynamo with the caches off
+(assert_close's own tolerances for the dtype: the same program under the same state should give
+the same numbers, whatever was compiled before it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import strategies as st
+
+from programs.op_programs import RUN, OpProgram, common_knobs
+from programs.opinfo import DEFAULT_TOLERANCES
+
+SAME = "lambda inputs: inputs"
+# Each state: (the context manager entered around each call, what it does to the inputs, the dtype
+# whose tolerances eager-against-compiled needs under it). "{device}" is the program's device.
+STATES = {
+    "none": ("contextlib.nullcontext()", SAME, None),
+    "autocast_bf16": ("torch.autocast({device!r}, dtype=torch.bfloat16)", SAME, "bfloat16"),
+    "autocast_disabled": ("torch.autocast({device!r}, enabled=False)", SAME, None),
+    "no_grad": ("torch.no_grad()", SAME, None),
+    "inference_mode": ("torch.inference_mode()", SAME, None),
+    "default_float64": ("switched(torch.set_default_dtype, torch.get_default_dtype, torch.float64)", SAME, None),
+    # "high" and "medium" let a float32 matmul compute in TF32 or bfloat16 where the backend can
+    "matmul_high": ("switched(torch.set_float32_matmul_precision, torch.get_float32_matmul_precision, 'high')",
+                    SAME, "float16"),
+    "matmul_medium": ("switched(torch.set_float32_matmul_precision, torch.get_float32_matmul_precision, 'medium')",
+                      SAME, "bfloat16"),
+    "mkldnn_off": ("torch.backends.mkldnn.flags(enabled=False)", SAME, None),
+    "deterministic": ("switched(torch.use_deterministic_algorithms, torch.are_deterministic_algorithms_enabled, True)",
+                      SAME, None),
+    "function_mode": ("PassThroughFunctionMode()", SAME, None),
+    "dispatch_mode": ("PassThroughDispatchMode()", SAME, None),
+    "float64_inputs": ("contextlib.nullcontext()",
+                       "lambda inputs: [x.double() if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs]",
+                       None),
+    "no_requires_grad": ("contextlib.nullcontext()",
+                         "lambda inputs: [x.detach() if torch.is_tensor(x) else x for x in inputs]", None),
+}
+CUDA_STATES = {
+    "autocast_fp16": ("torch.autocast('cuda', dtype=torch.float16)", SAME, "float16"),
+    "cudnn_off": ("torch.backends.cudnn.flags(enabled=False)", SAME, None),
+    "cpu_inputs": ("contextlib.nullcontext()", "lambda inputs: [x.cpu() if torch.is_tensor(x) else x for x in inputs]",
+                   None),
+}
+# What a state the script names needs defined first (only what its states use is written).
+HELPERS = {
+    "switched": '''\
+@contextlib.contextmanager
+def switched(set_to, get, value):
+    """A process-wide setting set to `value` inside, restored after."""
+    before = get()
+    set_to(value)
+    try:
+        yield
+    finally:
+        set_to(before)
+''',
+    "PassThroughFunctionMode": '''\
+class PassThroughFunctionMode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+''',
+    "PassThroughDispatchMode": '''\
+class PassThroughDispatchMode(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+''',
+}
+HELPER_IMPORTS = {"PassThroughFunctionMode": "from torch.overrides import TorchFunctionMode",
+                  "PassThroughDispatchMode": "from torch.utils._python_dispatch import TorchDispatchMode"}
+CACHES = ("memory", "disk", "off")
+
+CACHE_SWITCH = '''\
+@contextlib.contextmanager
+def caches(on):
+    """Inductor's FX graph cache and AOTAutograd's cache on or off (where this torch has them)."""
+    with contextlib.ExitStack() as stack:
+        for config, flag in ((torch._inductor.config, "fx_graph_cache"),
+                             (torch._functorch.config, "enable_autograd_cache")):
+            if hasattr(config, flag):
+                stack.enter_context(config.patch(**{flag: on}))
+        yield
+'''
+
+# The warm sequence: the one compiled function under each state in turn (its results kept).
+SEQUENCE = {
+    "memory": '''\
+# One compiled function under each state in turn: Dynamo recompiles on its guards, inductor's and
+# AOTAutograd's caches warm in memory.
+with caches(on=True):
+    for label, call, _ in STATES:
+        warm.append((label, [[call(compiled, inputs) for _ in CALLS] for inputs in SAMPLES]))
+''',
+    "disk": '''\
+# Every state compiled once with the caches on; then Dynamo forgets its code and the states run again,
+# in reverse: their compiles are served from inductor's and AOTAutograd's caches on disk.
+with caches(on=True):
+    for label, call, _ in STATES:
+        for inputs in SAMPLES:
+            call(compiled, inputs)
+    torch._dynamo.reset()
+    for label, call, _ in reversed(STATES):
+        warm.append((label, [[call(compiled, inputs) for _ in CALLS] for inputs in SAMPLES]))
+''',
+    "off": '''\
+# One compiled function under each state in turn, inductor's and AOTAutograd's caches off.
+with caches(on=False):
+    for label, call, _ in STATES:
+        warm.append((label, [[call(compiled, inputs) for _ in CALLS] for inputs in SAMPLES]))
+''',
+}
+
+ORACLE = '''\
+def judge(label, got, expected, against, call, tolerances):
+    try:
+        torch.testing.assert_close(got, expected, equal_nan=True, **tolerances)
+    except AssertionError as error:
+        raise AssertionError(f"after a recompile under {{label}} (cache {cache}): compiled against {{against}}, "
+                             f"{{call}} call: {{error}}") from None
+
+
+# The references, after the warm sequence: eager under the state, and the program compiled afresh under
+# that state alone (a reset Dynamo, the caches off).
+references = {{}}
+for label, call, _ in STATES:
+    if label not in references:
+        torch._dynamo.reset()
+        with caches(on=False):
+            fresh = compile_fn()
+            references[label] = [(call(fn, inputs), call(fresh, inputs)) for inputs in SAMPLES]
+tolerances = {{label: state_tolerances for label, _, state_tolerances in STATES}}
+for label, results in warm:
+    for (eager, fresh), calls in zip(references[label], results):
+        for call, got in zip(CALLS, calls):
+{eager_check}            judge(label, got, fresh, "a fresh compile", call, {{}})
+'''
+EAGER_CHECK = '            judge(label, got, eager, "eager", call, tolerances[label])\n'
+
+
+@dataclasses.dataclass(frozen=True)
+class RecompileOpProgram(OpProgram):
+    """The op's function compiled once and called under each of `states` (STATES' names) in turn,
+    inductor's and AOTAutograd's caches as `cache` says (CACHES)."""
+    states: tuple = ("none", "autocast_bf16")
+    cache: str = "memory"
+
+    def state(self, name: str) -> tuple[str, str, str | None]:
+        context, transform, dtype = {**STATES, **CUDA_STATES}[name]
+        return context.format(device=self.device), transform, dtype
+
+    def label(self, name: str) -> str:
+        """How messages name a state: what the script enters, or what it does to the inputs."""
+        context, _, _ = self.state(name)
+        return name.replace("_", " ") if context == "contextlib.nullcontext()" else context
+
+    def state_tolerances(self, name: str) -> dict:
+        """The op's own tolerances, widened to the dtype the state may compute in."""
+        tolerances = self.tolerances()
+        lower = self.state(name)[2]
+        if lower:
+            tolerances = {k: max(tolerances.get(k, 0), v) for k, v in DEFAULT_TOLERANCES[lower].items()}
+        return tolerances
+
+    def helpers(self) -> list[str]:
+        used = " ".join(self.state(name)[0] for name in self.states)
+        return [name for name in HELPERS if name in used]
+
+    def imports(self) -> list[str]:
+        return ["import contextlib", "import os", "import tempfile", "",
+                "# A cache directory of the script's own (removed with it): nothing compiled elsewhere is served.",
+                'CACHE_DIR = tempfile.TemporaryDirectory(prefix="recompile-")',
+                'os.environ["TORCHINDUCTOR_CACHE_DIR"] = CACHE_DIR.name',
+                "import torch", "import torch._dynamo", "import torch._functorch.config", "import torch._inductor.config",
+                *(HELPER_IMPORTS[h] for h in self.helpers() if h in HELPER_IMPORTS)]
+
+    def states_source(self) -> str:
+        lines = [f"{HELPERS[h]}\n" for h in self.helpers()]
+        lines += ["def under(context, f, inputs):", "    with context:",
+                  "        return run(f, inputs, seed=0)  # seeded: a random op draws alike under every compile", "",
+                  "STATES = [  # (label, f and inputs -> f's results under the state, eager's tolerances)"]
+        for name in self.states:
+            context, transform, _ = self.state(name)
+            inputs = "inputs" if transform == SAME else f"({transform})(inputs)"
+            lines.append(f"    ({self.label(name)!r}, lambda f, inputs: under({context}, f, {inputs}),"
+                         f" {self.state_tolerances(name)!r}),")
+        return "\n".join(lines + ["]\n"])
+
+    @property
+    def source(self) -> str:
+        names = ", ".join(self.label(name) for name in self.states)
+        return super().source + f"# called under: {names}; caches {self.cache}\n"
+
+    def script(self, backend: str) -> str:
+        made = self.call.materialise(self.device)
+        params = ", ".join(made.names)
+        seen = "    SEEN.append(1)\n" if self.side_effect else ""
+        samples = "".join(f"SAMPLES.append([{', '.join(values)}])\n" for values in made.values)
+        # A random op draws otherwise than eager by design: only the fresh compile judges it.
+        eager_check = "" if self.op_class == "random" else EAGER_CHECK
+        return "\n".join([
+            "\n".join(self.imports()), 'SEEN, SAMPLES, CALLS = [], [], ("first", "second")\n',
+            f"def op({params}):\n{seen}    return {made.call}\n", self.definitions(params), samples,
+            f"def compile_fn():\n    return torch.compile(fn, {self.compile_options(backend)})\n",
+            "compiled = compile_fn()\n", RUN, CACHE_SWITCH, self.states_source(), "warm = []",
+            SEQUENCE[self.cache], ORACLE.format(cache=self.cache, eager_check=eager_check)])
+
+
+def state_names(device: str) -> list[str]:
+    return sorted(STATES) + (sorted(CUDA_STATES) if device == "cuda" else [])
+
+
+def no_repeat_in_a_row(states) -> bool:
+    """A state right after itself is no recompile; coming back to an earlier one is (a cache hit)."""
+    return all(a != b for a, b in zip(states, states[1:]))
+
+
+# Dynamo does not trace a frame under a user TorchDispatchMode: it runs it eagerly, and fullgraph=True
+# raises "found no compiled frames" (a RuntimeError, not the Unsupported FullgraphRefused judges). Not
+# drawn together, as nested_compile does not draw fullgraph with a graph break.
+REFUSED_UNDER_FULLGRAPH = {"dispatch_mode"}
+
+
+def recompile_op_programs(calls, device):
+    names = state_names(device)
+    sequences = st.lists(st.sampled_from(names), min_size=2, max_size=3).filter(no_repeat_in_a_row).map(tuple)
+    # No Python side effect: Dynamo guards on the list's length, so every call would recompile, and the
+    # states' recompiles would drown in those (past the recompile limit, fullgraph=True raises).
+    return st.builds(RecompileOpProgram, **common_knobs(calls, device, side_effects=False), states=sequences,
+                     cache=st.sampled_from(CACHES)).filter(
+        lambda p: not (p.fullgraph and REFUSED_UNDER_FULLGRAPH & set(p.states)))

@@ -1,0 +1,59 @@
+"""Recompiles on purpose: the same compiled code meets another ambient state, and compiles again.
+
+One op of torch's OpInfo database (cases/programs/op_programs.py) is compiled once and called under
+a drawn sequence of 2-3 ambient states (cases/programs/recompile.py): autocast enabled (bf16; fp16
+and bf16 on CUDA) or disabled, `no_grad`, `inference_mode`, the default dtype float64,
+`set_float32_matmul_precision("high"/"medium")`, `torch.backends` flags (mkldnn; cudnn on CUDA),
+deterministic algorithms, a pass-through TorchFunctionMode or TorchDispatchMode entered, its inputs
+cast to float64, without requires_grad (or on the CPU, from CUDA). Dynamo recompiles on its guards
+with inductor's and AOTAutograd's caches warm in memory, warm on disk (a first pass compiles every
+state, Dynamo is reset, the states run again in reverse from the on-disk caches), or off (issue #37).
+
+The oracle, for every state of the sequence: what the recompiled function gives (outputs with their
+dtypes, gradients, inputs after the call, aliasing, side effects; a first and a second call) is what
+eager gives under that state, within the op's tolerances widened to the dtype the state may compute
+in, and what the same program compiled afresh under that state alone gives (a reset Dynamo, the
+caches off), within assert_close's own tolerances for the dtype. A random op is judged by the fresh
+compile only (seeded alike). A failure names the state, the cache mode, the call and the oracle:
+`after a recompile under <state> (cache memory): compiled against a fresh compile, first call: ...`.
+
+What each case records: the property's examples and every failing one's script
+(`metrics.property`), the op, its class and its oracle.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+from harness.plugin.properties import explore
+from programs.op_programs import check_op_program
+from programs.opcall import OpCall, op_calls
+from programs.opinfo import about, need_op_db
+from programs.recompile import RecompileOpProgram, recompile_op_programs
+from shared_declarations import FULLGRAPH_REFUSES_GRAPH_BREAK
+
+NO_GPU = "no CUDA device: torch.cuda.is_available() is False"
+_no_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
+
+OP_CALLS = op_calls()  # this torch's op_db, read at collection: once per worker, before any case forks
+PINNED_RECOMPILE_OP = [
+    # replayed by `repro` where a cell records no failing example
+    RecompileOpProgram(OpCall("sin"), states=("none", "autocast_bf16"), cache="memory"),
+    # grad mode and the default dtype, then back to the first state, served from the disk caches
+    RecompileOpProgram(OpCall("sin"), states=("no_grad", "default_float64", "no_grad"), cache="disk"),
+]
+
+
+@pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
+@FULLGRAPH_REFUSES_GRAPH_BREAK
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_no_cuda)])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_property_recompile_op(case, device, backend):
+    # One op of torch's OpInfo database and one of its samples, compiled once and called under 2-3
+    # ambient states in turn, the caches warm in memory, on disk or off; fullgraph, dynamic shapes,
+    # side effects, passed numbers and a second sample drawn too.
+    need_op_db()
+    explore(case, "recompile_op", recompile_op_programs(OP_CALLS, device),
+            lambda program: check_op_program(case, program, backend), about=about(),
+            pinned=[dataclasses.replace(program, device=device) for program in PINNED_RECOMPILE_OP])
