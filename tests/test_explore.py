@@ -9,12 +9,13 @@ import sys
 import pytest
 
 from harness.core import matrix, paths, records
+from harness.core.sources import family_files
 from harness.report import explore
 from tests.conftest import CHECKOUT_VENVS, ROOT, run_nox
 
 pytestmark = CHECKOUT_VENVS  # runs or builds the checkout's session venvs (tests/conftest.py)
 
-FAMILIES = ("autocast", "checkpoint", "empty_init", "nested_compile")
+FAMILIES = tuple(family_files())  # each has an op property
 OP_CLASSES = ("random", "inplace", "view", "reduction", "dtype_changing", "other")
 
 
@@ -25,7 +26,7 @@ def summarise(*args, env=None):
 
 @pytest.mark.slow
 def test_one_explore_run_reaches_every_op_class_through_every_family(tmp_path):
-    # The op properties of the four families, eager backend (the cheapest compile), 100 drawn examples
+    # The op properties of every family, eager backend (the cheapest compile), 100 drawn examples
     # each from one seed: every class of op the catalogue sorts ops into is judged in every family.
     # (hypothesis's draws clump: at 50 this seed drew no in-place op for empty_init; shrinking's runs
     # come on top of the 100, and where a drawn example fails they can cost most of this test's time)
