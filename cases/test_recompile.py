@@ -1,13 +1,13 @@
 """Recompiles on purpose: the same compiled code meets another ambient state, and compiles again.
 
 One op of torch's OpInfo database (cases/programs/op_programs.py) is compiled once and called under
-a drawn sequence of 2-3 ambient states (cases/programs/recompile.py): autocast enabled (bf16; fp16
-and bf16 on CUDA) or disabled, `no_grad`, `inference_mode`, the default dtype float64,
+a drawn sequence of 2-3 ambient states (cases/programs/recompile.py): autocast enabled (bf16 or
+fp16) or disabled, `no_grad`, `inference_mode`, the default dtype float64,
 `set_float32_matmul_precision("high"/"medium")`, `torch.backends` flags (mkldnn; cudnn on CUDA),
 deterministic algorithms, a pass-through TorchFunctionMode or TorchDispatchMode entered, its inputs
 cast to float64, without requires_grad (or on the CPU, from CUDA). Dynamo recompiles on its guards
 with inductor's and AOTAutograd's caches warm in memory, warm on disk (a first pass compiles every
-state, Dynamo is reset, the states run again in reverse from the on-disk caches), or off (issue #37).
+state, Dynamo is reset, the states run again in reverse from the on-disk caches), or off.
 
 The oracle, for every state of the sequence: what the recompiled function gives (outputs with their
 dtypes, gradients, inputs after the call, aliasing, side effects; a first and a second call) is what
@@ -40,6 +40,9 @@ OP_CALLS = op_calls()  # this torch's op_db, read at collection: once per worker
 PINNED_RECOMPILE_OP = [
     # replayed by `repro` where a cell records no failing example
     RecompileOpProgram(OpCall("sin"), states=("none", "autocast_bf16"), cache="memory"),
+    # autocast's dtype changed around the same compiled matmul: the program for the first dtype must
+    # not be served for the second (seen on the GPU as bf16 cells computing in fp16)
+    RecompileOpProgram(OpCall("mm"), states=("autocast_bf16", "autocast_fp16"), cache="memory"),
     # grad mode and the default dtype, then back to the first state, served from the disk caches
     RecompileOpProgram(OpCall("sin"), states=("no_grad", "default_float64", "no_grad"), cache="disk"),
 ]
