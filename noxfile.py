@@ -39,10 +39,21 @@ venvs.find_interpreters(s.python for s in SESSIONS)
 DEFAULT_SESSION = matrix.main_session(SESSIONS)
 
 
+def missing_test_files(args) -> list[str]:
+    """The arguments that name a Python file or a node id in one, and are not there."""
+    given = set(sessions.targets_in(args))
+    return [arg for arg in args if not arg.startswith("-") and arg not in given
+            and caseid.nodeid_file(arg).endswith(".py")]
+
+
 def run_cases(session: nox.Session, spec: matrix.Session) -> None:
     """What every case session does (harness.core.runsession, as `python -m harness run` does it in an
     environment that is already there): check the machine, install the pins, check them, run the
     cases (or, with `-- --collect-only`, collect them: a CUDA session checked without a GPU)."""
+    missing = missing_test_files(session.posargs)
+    if missing:  # before any install; pytest would say only "no tests ran"
+        session.error(f"no such case file: {missing[0]}")
+
     def install() -> None:
         for name, value in venvs.install_environment().items():
             session.log(f"installing with {name}={value} from the environment (recorded in the results)")
@@ -77,13 +88,6 @@ def suite_workers() -> int:
     that run or build the checkout's session venvs stay on one worker (tests/conftest.py)."""
     memory_gib = limits.memory_limit_bytes("100%") / 2**30  # all of this machine's memory
     return max(1, min(os.cpu_count() or 1, int(memory_gib // SUITE_GIB_PER_WORKER)))
-
-
-def missing_test_files(args) -> list[str]:
-    """The arguments that name a Python file or a node id in one, and are not there."""
-    given = set(sessions.targets_in(args))
-    return [arg for arg in args if not arg.startswith("-") and arg not in given
-            and caseid.nodeid_file(arg).endswith(".py")]
 
 
 @nox.session(python=DEFAULT_SESSION.python, download_python="never", default=False)

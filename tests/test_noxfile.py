@@ -114,6 +114,14 @@ def test_a_mistyped_test_file_stops_the_tests_session_before_it_installs(tmp_pat
     assert "uv pip install" not in result.stderr
 
 
+def test_a_mistyped_case_file_stops_a_case_session_before_it_installs(tmp_path):
+    session = matrix.main_session().name
+    result = nox("-s", session, "--envdir", str(tmp_path / "envs"), "--", "cases/test_nope.py::test_x")
+    assert result.returncode != 0
+    assert f"Session {session} aborted: no such case file: cases/test_nope.py::test_x" in result.stderr
+    assert "uv pip install" not in result.stderr
+
+
 def test_check_env_cli_refuses_drifted_pins():
     result = subprocess.run([sys.executable, "-m", "harness", "check-env", "cpu_torch21"],
                             cwd=ROOT, capture_output=True, text=True)
