@@ -44,12 +44,15 @@ def case_record(case, outcome, message=None, upstream=None, **extra):
             "nodeid": f"cases/test_{family}.py::test_{variant}[{parts.params}]", **extra}
 
 
-def write_session(directory, name, torch, cases, finished=True, python="3.11", gpu=None, lightning="2.4.0"):
-    """`cases`: case id -> outcome, or -> a dict of the record's fields (outcome first)."""
+def write_session(directory, name, torch, cases, finished=True, python="3.11", gpu=None, lightning="2.4.0",
+                  **environment):
+    """`cases`: case id -> outcome, or -> a dict of the record's fields (outcome first); `environment`:
+    fields of the environment record (`started`, `git_commit`, `cpu`) other than the defaults."""
     directory.mkdir(parents=True, exist_ok=True)
     writer = records.ResultsWriter(directory / f"{name}.jsonl")
     writer.write({"kind": "environment", "session": name, "torch": torch, "lightning": lightning, "cuda": "12.4",
-                  "python": python, "gpu": gpu, "started": "2026-11-22T03:00:00+00:00", "git_commit": "a2c391e"})
+                  "python": python, "gpu": gpu, "started": "2026-11-22T03:00:00+00:00", "git_commit": "a2c391e",
+                  **environment})
     for case, spec in cases.items():
         spec = {"outcome": spec} if isinstance(spec, str) else spec
         writer.write(case_record(case, **spec))
@@ -138,12 +141,148 @@ def test_failing_on_the_newest_torch_grouped_by_bug_with_its_commands(matrix):
     assert data["failing"][1]["declared"] == [{"ref": TE_REF}]  # declared, did not match
     text = section(render.render_markdown(data), "## Failing on the newest torch")
     assert "### 1. ❌ AssertionError: Tensor-likes are not close!" in text
-    assert "- **2 cases** on cpu, torch 2.7.1; the same failure on torch 2.5.1, 2.6.0, 2.7.1" in text
+    assert "- **2 cases** on cpu (newest torch 2.7.1), since torch 2.5.1; the same failure on torch 2.5.1 to 2.7.1" \
+        in text
     assert f"- reproduce: `nox -s repro -- '{NEST}' --session cpu_torch27`" in text
     assert f"- bisect: `nox -s bisect -- '{NEST}'`" in text
-    assert f"- declared for these cases, not matched: [{TE_REF}](https://github.com/NVIDIA/TransformerEngine/issues/890)" \
-        in text
+    # declared and not matched: named as text, never as a link that would pass for "reported"
+    assert f"- **NEW**: not reported upstream (no declared reference matches this failure); declared for these " \
+        f"cases, not this failure: {TE_REF}" in text
+    assert "](https://github.com/NVIDIA/TransformerEngine/issues/890)" not in text
     assert "### 3. 💥 crash: worker died" in text
+
+
+PROP = "nested_compile/property_region[cpu-inductor-fullgraph]"
+WRONG = "AssertionError: gradient 0: Tensor-likes are not close!"
+WRONG_SIG = "AssertionError: gradient N: Tensor-likes are not close!"
+SLOW = "RuntimeError: rematerialization does not support RNG ops"
+
+
+def example(error, outcome="fail", reference=None):
+    """A failing example as a property cell's record lists it (harness.plugin.properties.described)."""
+    kind, _, message = error.partition(": ")
+    return {"program": "def outer(x): ...", "figures": "Program()", "metrics": {}, "error": error,
+            "signature": outcomes.bug_signature(kind, message), "outcome": outcome, "reference": reference}
+
+
+def property_cell(*examples, declared=()):
+    """A property cell that failed: one example as itself, several as the ExceptionGroup the harness raises."""
+    ways = list(dict.fromkeys(e["error"] for e in examples))
+    one = len(ways) == 1
+    return {"outcome": "fail", "exc_type": ways[0].split(":")[0] if one else "builtins.ExceptionGroup",
+            "message": ways[0].split(": ", 1)[1] if one else
+            f"{len(examples)} of 5 examples failed, {len(ways)} ways: " + " | ".join(ways),
+            "upstream": list(declared), "metrics": {"property": {"mode": "table", "examples_run": 5,
+                                                                 "examples_failed": len(examples),
+                                                                 "failing_examples": list(examples)}}}
+
+
+def test_a_cards_versions_and_since_come_from_its_own_cells_in_version_order(tmp_path):
+    # Sessions whose names and torch strings sort otherwise than their versions (2.10 and 2.11
+    # before 2.9 as text); a case that failed this way earlier but passes now (OLD) is on no card.
+    fail = {"outcome": "fail", "message": "Tensor-likes are not close!"}
+    other = {"outcome": "fail", "exc_type": "KeyError", "message": "'x'"}
+    write_session(tmp_path, "cpu_torch28", "2.8.0", {NEST: "pass", CK: "pass", OLD: fail})
+    write_session(tmp_path, "cpu_torch29", "2.9.1", {NEST: fail, CK: other, OLD: fail})
+    write_session(tmp_path, "cpu_torch210", "2.10.0", {NEST: "pass", CK: other, OLD: fail})
+    write_session(tmp_path, "cpu_torch211", "2.11.0", {NEST: fail, CK: fail, OLD: "pass"})
+    data = render.build([tmp_path])
+    card, = data["failing"]
+    assert card["signature"] == "AssertionError: Tensor-likes are not close!"
+    assert [c["case"] for c in card["cases"]] == [CK, NEST]  # in row order
+    assert card["versions"] == ["2.9.1", "2.11.0"] and card["since"] == "2.9.1"  # not OLD's 2.8.0
+    assert card["spans"] == [["2.9.1", "2.9.1"], ["2.11.0", "2.11.0"]]  # 2.10.0 in between did not fail this way
+    # per case: CK failed on 2.9.1 and 2.10.0 too, another way: this failure since 2.11.0 only
+    assert {c["case"]: (c["versions"], c["since"]) for c in card["cases"]} == {
+        NEST: (["2.9.1", "2.11.0"], "2.9.1"), CK: (["2.11.0"], "2.11.0")}
+    text = section(render.render_markdown(data), "## Failing on the newest torch")
+    assert "- **2 cases** on cpu (newest torch 2.11.0), since torch 2.9.1; the same failure on torch 2.9.1, 2.11.0" \
+        in text
+    html = render.render_html(data)
+    assert "since torch 2.11.0</li>" in html  # CK, on the page: later than its card
+
+
+def test_each_failing_example_of_a_property_cell_joins_the_card_of_its_own_signature(tmp_path):
+    # The newest cell failed three examples two ways, one of them a declared upstream bug; an older
+    # one failed the first way alone (no group) and, before that, the second way inside a group.
+    group_now = property_cell(example(WRONG), example(SLOW, "known", TE_REF), example(WRONG), declared=[TE_REF])
+    write_session(tmp_path, "cpu_torch213", "2.13.0", {
+        PROP: property_cell(example(SLOW, "known", TE_REF), example(SLOW, "known", TE_REF)), NEST: "pass"})
+    write_session(tmp_path, "cpu_torch214", "2.14.1", {PROP: property_cell(example(WRONG)), NEST: "pass"})
+    write_session(tmp_path, "cpu_torch215", "2.15.0", {
+        PROP: group_now, NEST: {"outcome": "fail", "message": "gradient 7: Tensor-likes are not close!"}})
+    data = render.build([tmp_path])
+    assert not [c for c in data["failing"] if c["signature"].startswith("ExceptionGroup")]  # no card on the whole line
+    cards = {c["signature"]: c for c in data["failing"]}
+    assert set(cards) == {WRONG_SIG, outcomes.bug_signature("RuntimeError", SLOW.split(": ", 1)[1])}
+    wrong = cards[WRONG_SIG]
+    assert (wrong["status"], [(c["case"], c["examples"], c["which"]) for c in wrong["cases"]]) == (
+        "new", [(NEST, [], None), (PROP, [1, 3], "examples 1 and 3 of 3")])  # the plain cell and the examples
+    assert wrong["versions"] == ["2.14.1", "2.15.0"] and wrong["since"] == "2.14.1"
+    slow, = [c for c in data["failing"] if c is not wrong]
+    assert (slow["status"], slow["reference"], [(c["case"], c["which"]) for c in slow["cases"]]) == (
+        "known", TE_REF, [(PROP, "example 2 of 3")])
+    assert slow["versions"] == ["2.13.0", "2.15.0"] and slow["since"] == "2.13.0"  # from the 2.13 group's examples
+    assert data["failing_cases"] == 2 and "2 cases fail there, in 2 groups by bug (1 not reported upstream)" \
+        in data["summary"]  # PROP is on both cards, counted once
+    text = section(render.render_markdown(data), "## Failing on the newest torch")
+    assert f"`{PROP}` (examples 1 and 3 of 3)" in text and f"`{PROP}` (example 2 of 3)" in text
+    assert "examples failed" not in text
+
+
+def test_every_card_says_its_upstream_status_and_a_reference_is_matched_or_not(tmp_path):
+    limit = example("FullgraphRefused: fullgraph=True refused a graph break", "limitation", DOC_REF)
+    write_session(tmp_path, "cpu_torch215", "2.15.0", {
+        PROP: property_cell(example(WRONG), example(SLOW, "known", TE_REF), limit, declared=[TE_REF, DOC_REF]),
+        # the same failure as PROP's known example, on a case that does not declare it
+        NEST: {"outcome": "fail", "exc_type": "RuntimeError", "message": SLOW.split(": ", 1)[1]},
+        OLD: {"outcome": "fail", "message": "Tensor-likes are not close!", "upstream": [PYG_REF]}})
+    data = render.build([tmp_path])
+    found = [(c["number"], c["status"], c["reference"], [x["case"] for x in c["cases"]], c["same_failure"])
+             for c in data["failing"]]
+    slow = outcomes.bug_signature("RuntimeError", SLOW.split(": ", 1)[1])
+    assert found == [
+        (1, "new", None, [OLD], []), (2, "new", None, [PROP], []), (3, "new", None, [NEST], [4]),
+        (4, "known", TE_REF, [PROP], [3]), (5, "limitation", DOC_REF, [PROP], [])]  # NEW first
+    assert data["failing"][2]["signature"] == data["failing"][3]["signature"] == slow
+    for card in data["failing"]:  # a reference this card matched is never also "declared, not matched" on it
+        assert card["reference"] not in [d["ref"] for d in card["declared"]]
+    assert [d["ref"] for d in data["failing"][0]["declared"]] == [PYG_REF]
+    text = section(render.render_markdown(data), "## Failing on the newest torch")
+    cards = text.split("\n### ")[1:]
+    assert cards[2].count("- **NEW**: not reported upstream") == 1 and "card 4" in cards[2]
+    assert f"declared for these cases, not this failure: {PYG_REF}" in cards[0] and "](" not in cards[0]
+    assert f"- 🐛 known upstream bug: [{TE_REF}](https://github.com/NVIDIA/TransformerEngine/issues/890)" in cards[3]
+    assert f"- 🚧 documented limitation: [{DOC_REF}]({DOC_REF})" in cards[4] and "NEW" not in cards[4]
+    html = render.render_html(data)
+    new_card = html[html.index('id="group-1"'):html.index('id="group-2"')]
+    assert "NEW: not reported upstream" in new_card and "<a href=\"https://github.com" not in new_card
+    known_card = html[html.index('id="group-4"'):html.index('id="group-5"')]
+    assert f'known upstream bug: <a href="https://github.com/NVIDIA/TransformerEngine/issues/890">{TE_REF}</a>' \
+        in known_card and "NEW" not in known_card
+
+
+def test_each_session_says_when_where_and_from_which_commit_it_was_measured(tmp_path):
+    write_session(tmp_path, "cpu_torch24", "2.4.1", {CK: "pass", TE: "pass"}, started="2026-11-20T08:00:00+00:00",
+                  git_commit="1111111aaaaaaaabbbb", cpu="AMD EPYC 7B13")
+    write_session(tmp_path, "cpu_torch25", "2.5.1", {CK: "pass", TE: {"outcome": "pass", "reused_from": {
+        "started": "2026-11-02T01:00:00+00:00", "git_commit": "0000000"}}},
+                  started="2026-11-24T09:30:00+01:00", git_commit="2222222cccccccdddd",
+                  cpu="Intel(R) Xeon(R) Processor")
+    data = render.build([tmp_path])
+    assert [(s["name"], s["measured"], s["git_commit"], s["cpu"]) for s in data["sessions"]] == [
+        ("cpu_torch24", "2026-11-20T08:00:00+00:00", "1111111aaaaaaaabbbb", "AMD EPYC 7B13"),
+        ("cpu_torch25", "2026-11-24T09:30:00+01:00", "2222222cccccccdddd", "Intel(R) Xeon(R) Processor")]
+    # the oldest measurement is the record carried over from an earlier run
+    assert "Measured from 2026-11-02 01:00 UTC (oldest) to 2026-11-24 08:30 UTC (newest)." in data["summary"]
+    text = render.render_markdown(data)
+    assert "| cpu_torch24 | 2.4.1 | 3.11 | 2.4.0 | 2026-11-20 08:00 UTC | 1111111aaaaa | AMD EPYC 7B13 |" in text
+    # a passing exit status is no headline: it stands in the Sessions section, not under the summary
+    assert "Exit status" not in text.split("## ")[0]
+    assert "Exit status 0 (no --expect, no baseline" in section(text, "## Sessions")
+    html = render.render_html(data)
+    assert 'id="verdict-line"' not in html and html.index('id="exit-status"') > html.index('id="sessions"')
+    assert "<td>AMD EPYC 7B13</td>" in html and "<code>2222222ccccc</code>" in html
 
 
 def test_a_bug_signature_leaves_out_numbers_addresses_and_paths():
@@ -318,7 +457,8 @@ def test_cases_that_never_ran_on_their_device_are_folded(tmp_path):
     session = data["sessions"][0]
     assert (session["absent"], session["counts"]["skip"]) == (2, 1)  # skip: the missing API; no device: apart
     render.write(data, tmp_path / "out")
-    assert "| cpu_torch24 | 2.4.1 | 3.11 | 2.4.0 | complete | ✅ 1 ⏭️ 1 – 2 |  |" in (tmp_path / "out" / "REPORT.md").read_text()
+    assert "| cpu_torch24 | 2.4.1 | 3.11 | 2.4.0 | 2026-11-22 03:00 UTC | a2c391e | - | complete | ✅ 1 ⏭️ 1 – 2 |  |" \
+        in (tmp_path / "out" / "REPORT.md").read_text()
     page = (tmp_path / "out" / "report.html").read_text()
     folded_html = page[page.index('<details id="folded">'):]
     assert f"<code>{CK_GPU}</code>" in folded_html and "2 cases did not run" in folded_html
@@ -361,6 +501,36 @@ def test_committed_results_render_within_githubs_limits(tmp_path):
     assert "nox -s repro -- '" in "\n".join(lines) and "nox -s bisect -- '" in "\n".join(lines)
 
 
+def test_the_committed_tables_cards_agree_with_their_own_cells():
+    """The checkout's results, read only: each card's versions are exactly the torch versions where one
+    of its cases failed its way (whole, or as a failing example), `since` the first by version; no card
+    stands for an ExceptionGroup's whole line; each says NEW, a reference or a limitation, never both."""
+    from packaging.version import Version
+
+    from harness.report import analysis, cards as carding
+
+    sessions = results.load_dirs([ROOT / "results"])
+    data = render.build([ROOT / "results"])
+    lines = analysis.version_lines(sessions)
+    assert data["failing"], "the committed table has failing cards"
+    for card in data["failing"]:
+        found = set()
+        for case in card["cases"]:
+            for session in lines[card["line"]]:
+                record = session.cases.get(case["case"])
+                if record and not session.absent(case["case"]) and card["signature"] in {
+                        f["signature"] for f in carding.failures(record)}:
+                    found.add(session.torch)
+        order = sorted(found, key=lambda v: Version(v.split("+")[0]))  # packaging's order, as the report
+        assert card["versions"] == order and card["since"] == order[0], card["signature"]
+        examples = [c for c in card["cases"] if c["examples"]]
+        assert not (examples and card["signature"].startswith("ExceptionGroup")), card["signature"]
+        assert (card["status"] == "new") == (card["reference"] is None), card["signature"]
+        assert card["reference"] not in [d["ref"] for d in card["declared"]]
+    for session, row in zip(sessions, data["sessions"]):
+        assert (row["git_commit"], row["cpu"]) == (session.environment.get("git_commit"), session.environment.get("cpu"))
+
+
 # --- the exit status: what makes the nightly red ---
 
 def test_expected_sessions_decide_the_exit_status(matrix, tmp_path):
@@ -371,7 +541,7 @@ def test_expected_sessions_decide_the_exit_status(matrix, tmp_path):
     missing = run_cli(matrix, "--out", out, "--expect", "cpu_torch24", "cuda12_torch24")
     assert missing.returncode == 1
     assert missing.stdout.splitlines()[-1] == "fails: expected session cuda12_torch24 has no results file"
-    assert "| cuda12_torch24 | - | - | - | **no results file** |" in (out / "REPORT.md").read_text()
+    assert "| cuda12_torch24 | - | - | - | - | - | - | **no results file** |" in (out / "REPORT.md").read_text()
     data = json.loads((out / "report.json").read_text())
     assert data["expected"] == ["cpu_torch24", "cuda12_torch24"] and data["verdict"]["status"] == 1
 

@@ -76,6 +76,10 @@ def test_first_screen_shows_the_failing_group_and_the_newest_column(browser, pag
     assert visible(browser, group), group.rect
     assert "nox -s repro -- '" + NEST + "' --session cpu_torch215" in group.text
     assert "nox -s bisect -- '" + NEST + "'" in group.text
+    assert "NEW: not reported upstream" in group.text  # its upstream status, on the card itself
+    # a passing exit status is no headline: the Sessions section says it, the first screen does not
+    assert not browser.find_elements(By.ID, "verdict-line")
+    assert "Exit status 0" in browser.find_element(By.ID, "exit-status").get_attribute("textContent")
     newest = browser.find_element(By.CSS_SELECTOR, '#matrix-grid th.session[data-session="cpu_torch215"]')
     assert "newest" in newest.get_attribute("class") and visible(browser, newest), newest.rect
     # the header stays in place while the grid scrolls under it

@@ -1,15 +1,18 @@
 """What the regression table says, worked out once for every rendering (harness.report.render): the
-sessions and their grid, what fails on the newest torch grouped by bug, the known bugs grouped by
-the reference each case matched, regressions and fixes per version step. The sessions are read by
-harness.report.results; a session against another of its row is harness.report.comparisons.
+sessions and their grid, the known bugs grouped by the reference each case matched, regressions and
+fixes per version step. The sessions are read by harness.report.results; what fails on the newest
+torch, grouped by bug, is harness.report.cards; a session against another of its row is
+harness.report.comparisons.
 """
 
 from __future__ import annotations
 
-from harness.core import caseid, records, versions
-from harness.core.outcomes import FAILING, HARD, OUTCOMES, PASSING, REFERENCED, upstream_link
+import datetime
+
+from harness.core import caseid, records
+from harness.core.outcomes import FAILING, OUTCOMES, PASSING, REFERENCED, upstream_link
 from harness.report.comparisons import cpu_twins, row_cpu_session
-from harness.report.results import NOT_RUN, SessionResult, bug_signature, opening_line
+from harness.report.results import NOT_RUN, SessionResult, opening_line
 
 BACKENDS = ("eager", "aot_eager", "inductor")
 CELL_KEYS = ("outcome", "exc_type", "message", "reference", "declared", "metrics", "duration")
@@ -51,34 +54,6 @@ def stable_since(history: list[tuple[SessionResult, dict]]) -> SessionResult:
 
 def commands(case: str, session: str) -> dict:
     return {"repro": f"nox -s repro -- '{case}' --session {session}", "bisect": f"nox -s bisect -- '{case}'"}
-
-
-def failing_groups(sessions: list[SessionResult], case_ids: list[str]) -> list[dict]:
-    """The cases whose outcome on the newest torch of a line is fail, error, crash or timeout,
-    grouped by bug signature, largest group first; each with the torch versions it fails the same
-    way on, what was declared for it and did not match, and the commands that go further."""
-    groups: dict[tuple, dict] = {}
-    for line, members in version_lines(sessions).items():
-        newest = members[-1]
-        for case in case_ids:
-            record = newest.cases.get(case)
-            if not record or record["outcome"] not in HARD or newest.absent(case):
-                continue
-            signature = bug_signature(record)
-            history = ran(members, case)
-            same = [s.torch for s, r in history if r["outcome"] in HARD and bug_signature(r) == signature]
-            group = groups.setdefault((line, signature), {
-                "line": line, "signature": signature, "session": newest.name, "torch": newest.torch,
-                "outcome": record["outcome"], "exc_type": record.get("exc_type"),
-                "message": opening_line(record.get("message")), "cases": [], "versions": [],
-                "declared": [], **commands(case, newest.name)})
-            group["cases"].append({"case": case, "outcome": record["outcome"],
-                                   "since": stable_since(history).torch, "versions": same})
-            group["versions"] = sorted(set(group["versions"]) | set(same), key=versions.torch_version)
-            for declaration in record.get("declared") or []:
-                if declaration not in group["declared"]:
-                    group["declared"].append(declaration)
-    return sorted(groups.values(), key=lambda g: (-len(g["cases"]), g["line"], g["signature"]))
 
 
 def known_groups(sessions: list[SessionResult], case_ids: list[str]) -> list[dict]:
@@ -164,8 +139,34 @@ def session_row(s: SessionResult, case_ids: list[str], devices: dict | None = No
             "state": _state(s, missing), "lightning": s.environment.get("lightning"),
             "cuda": s.environment.get("cuda"), "python": s.environment.get("python"),
             "started": s.environment.get("started"), "git_commit": s.environment.get("git_commit"),
+            "cpu": s.environment.get("cpu"), "measured": measured(s),  # where and when its cells come from
             "counts": counts, "missing": missing, "absent": counts.get("absent", 0),
             "reused": sum(1 for r in s.cases.values() if r.get("reused_from"))}
+
+
+def when(text: str | None) -> datetime.datetime | None:
+    """A record's `started` as an aware time (None when missing or unreadable: never guessed)."""
+    try:
+        found = datetime.datetime.fromisoformat(text or "")
+    except ValueError:
+        return None
+    return found if found.tzinfo else found.replace(tzinfo=datetime.timezone.utc)
+
+
+def measured(session: SessionResult) -> str | None:
+    """When the session's cells were measured: its run's start, or where the run measured nothing
+    itself (every record carried over), the start of the run it carried them from."""
+    carried = session.environment.get("reused_from") or {}
+    return carried.get("started") or session.environment.get("started")
+
+
+def measurement_span(sessions: list[SessionResult]) -> dict:
+    """The oldest and newest time any record of the table was measured: each session's start and
+    each carried-over record's own (a reused record was measured when its first run was)."""
+    times = [measured(s) for s in sessions]
+    times += [(r.get("reused_from") or {}).get("started") for s in sessions for r in s.cases.values()]
+    known = sorted((when(t), t) for t in times if when(t) is not None)
+    return {"oldest": known[0][1] if known else None, "newest": known[-1][1] if known else None}
 
 
 def grid(sessions: list[SessionResult]) -> tuple[list[str], list[dict]]:

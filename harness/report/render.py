@@ -10,14 +10,16 @@ REPORT.md stays short enough for GitHub: the full matrix and every transition ar
 
 from __future__ import annotations
 
+import datetime
 import json
 import pathlib
+import re
 
 import jinja2
 
 from harness.core import records, versions
 from harness.core.outcomes import OUTCOMES, upstream_link
-from harness.report import analysis, baseline as against, comparisons, results, staleness
+from harness.report import analysis, baseline as against, cards, comparisons, results, staleness
 from harness.report.results import NOT_RUN
 
 TEMPLATES = pathlib.Path(__file__).with_name("templates")
@@ -37,6 +39,7 @@ SECTIONS = (("failing", "Failing on the newest torch"), ("known", "Known bugs an
             ("previous", "Against the previous run (for information)"),
             ("sessions", "Sessions"), ("matrix", "Matrix"))
 MD_LINE_LIMIT = 380
+MD_CARDS = 16  # cards of failures REPORT.md shows (about 7 lines each); report.html shows every one
 
 
 def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool = True, previous_dirs=None,
@@ -56,7 +59,8 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
         "cases": rows,
         "folded": [row["case"] for row in rows if row["folded"]],
         "newest": analysis.newest_counts(sessions, case_ids),
-        "failing": analysis.failing_groups(sessions, case_ids),
+        "failing": cards.failing_cards(sessions, case_ids),
+        "measurement": analysis.measurement_span(sessions),
         "known": analysis.known_groups(sessions, case_ids),
         "transitions": analysis.transitions(sessions, case_ids),
         "lightning": comparisons.lightning_differences(sessions, case_ids),
@@ -73,6 +77,7 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
     for session in data["sessions"]:
         session["stale"] = stale.get(session["name"])
     data["stale_command"] = staleness.refresh_command([staleness.StaleRow(**row) for row in data["stale"]])
+    data["failing_cases"] = cards.failing_cases(data["failing"])
     data["reused"] = sum(s["reused"] for s in data["sessions"])
     data["verdict"] = against.verdict(data, expect, fail_on_regression)
     data["summary_parts"] = summary_parts(data)
@@ -101,12 +106,16 @@ def summary_parts(data: dict) -> list[str]:
         counted = ", ".join(f"{n:,} {o}" for o, n in newest["counts"].items())
         parts.append(f"On the newest torch of {newest['line']} ({newest['torch']}, {newest['session']}), "
                      f"{_plural(newest['cases'], 'case')} ran: {counted}.")
-    failing = sum(len(g["cases"]) for g in data["failing"])
+    failing = data["failing_cases"]  # a cell that failed several ways is on several cards, counted once
+    new = sum(1 for card in data["failing"] if card["status"] == "new")
     bugs = sum(1 for g in data["known"] if g["kind"] == "known")
     limits = sum(1 for g in data["known"] if g["kind"] == "limitation")
-    parts.append(f"{_plural(failing, 'case')} {'fails' if failing == 1 else 'fail'} there in "
-                 f"{_plural(len(data['failing']), 'group')} by bug; {_plural(bugs, 'known bug')} and "
-                 f"{_plural(limits, 'documented limitation')} referenced.")
+    parts.append(f"{_plural(failing, 'case')} {'fails' if failing == 1 else 'fail'} there, in "
+                 f"{_plural(len(data['failing']), 'group')} by bug ({new} not reported upstream); "
+                 f"{_plural(bugs, 'known bug')} and {_plural(limits, 'documented limitation')} referenced.")
+    span = data["measurement"]
+    if span["oldest"]:
+        parts.append(f"Measured from {_when(span['oldest'])} (oldest) to {_when(span['newest'])} (newest).")
     if data["folded"]:
         parts.append(f"{_plural(len(data['folded']), 'case')} never ran on any session's device (folded).")
     if data["reused"]:
@@ -131,41 +140,62 @@ def _md_ref(ref: str | None) -> str:
     return f"[{ref}]({link})" if link else (ref or "(no reference recorded)")
 
 
+def _when(text: str | None) -> str:
+    """A record's `started` as a reader compares it: to the minute, in UTC."""
+    found = analysis.when(text)
+    return found.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if found else (text or "-")
+
+
 def _clip(text: str, limit: int = MD_LINE_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _names(items, budget: int = 300, key: str = "case") -> str:
-    """`a`, `b` and N more: case ids, as many as fit in `budget` characters of one line."""
-    names = list(dict.fromkeys(item[key] for item in items))
+    """`a`, `b` and N more: case ids, as many as fit in `budget` characters of one line; an item's
+    `which` (the examples of a property cell a card is about) follows its id."""
+    names = list(dict.fromkeys(f"`{item[key]}`" + (f" ({item['which']})" if item.get("which") else "")
+                               for item in items))
     shown: list[str] = []
     for name in names:
-        if shown and sum(len(n) + 4 for n in shown) + len(name) > budget:
+        if shown and sum(len(n) + 2 for n in shown) + len(name) > budget:
             break
-        shown.append(f"`{name}`")
+        shown.append(name)
     return ", ".join(shown) + (f" and {len(names) - len(shown)} more" if len(names) > len(shown) else "")
+
+
+def _spans(runs) -> str:
+    """A card's runs of consecutive torch versions: '2.8.0, 2.13.0 to 2.15.0'."""
+    shown = [str(versions.torch_version(first)) if first == last else
+             f"{versions.torch_version(first)} to {versions.torch_version(last)}" for first, last in runs]
+    return ", ".join(shown)
 
 
 def _environment(autoescape: bool) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=autoescape,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
-    env.filters.update(v=lambda text: str(versions.torch_version(text)), md=_md, md_ref=_md_ref, clip=_clip, names=_names, link=upstream_link, plural=_plural)
+    env.filters.update(v=lambda text: str(versions.torch_version(text)), md=_md, md_ref=_md_ref, clip=_clip, when=_when,
+                       spans=_spans, names=_names, link=upstream_link, plural=_plural)
     env.globals.update(symbols=SYMBOLS, cell_text=CELL_TEXT, meaning=MEANING, sections=dict(SECTIONS),
                        absent_symbol=ABSENT_SYMBOL, absent_text=ABSENT_TEXT, reused_mark=REUSED_MARK,
-                       outcomes=list(OUTCOMES), not_run=NOT_RUN)
+                       outcomes=list(OUTCOMES), not_run=NOT_RUN, md_cards=MD_CARDS)
     return env
 
 
 def render_markdown(data: dict, short: bool = False) -> str:
     """REPORT.md (`short`: the CI step summary, without the sessions)."""
     text = _environment(autoescape=False).get_template("report.md.j2").render(data=data, short=short)
-    return "\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n"
+    text = "\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n"
+    return re.sub(r"\n{3,}", "\n\n", text)  # a section left out (the exit status when 0) leaves no gap
 
 
 def render_html(data: dict) -> str:
-    links = {c["reference"]: upstream_link(c["reference"]) for row in data["cases"] for c in row["cells"].values()
-             if c.get("reference")}
+    refs = {c["reference"] for row in data["cases"] for c in row["cells"].values() if c.get("reference")}
+    refs |= {e["reference"] for row in data["cases"] for c in row["cells"].values()
+             for e in ((c.get("metrics") or {}).get("property") or {}).get("failing_examples") or []
+             if e.get("reference")}
+    refs |= {d["ref"] for row in data["cases"] for c in row["cells"].values() for d in c.get("declared") or []}
+    links = {ref: upstream_link(ref) for ref in sorted(refs)}
     payload = json.dumps({"sessions": data["sessions"], "families": data["families"], "cases": data["cases"],
                           "symbols": CELL_TEXT, "meaning": MEANING, "links": links,
                           "absent": {"text": ABSENT_TEXT, "symbol": ABSENT_SYMBOL}}, default=str)

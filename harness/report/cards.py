@@ -1,0 +1,144 @@
+"""The cards of "Failing on the newest torch": what fails in the cells that fail on a line's newest
+torch, grouped by bug signature, one card per failure and upstream status.
+
+A property cell that failed several ways is one ExceptionGroup whose message ("N of M examples
+failed, K ways: A | B") names no single bug; its record lists each failing example with its own
+signature and classification (`metrics.property.failing_examples`). Each example joins the card of
+its own signature, so a cell can sit on several cards, each naming which of its examples.
+
+A card's torch versions and its "since" are read from exactly the cells it holds (its cases along
+their line), in torch version order, and its status from what its failures matched: a reference
+(a known upstream bug), a documented limitation, or nothing: NEW, not reported upstream.
+"""
+
+from __future__ import annotations
+
+from harness.core import versions
+from harness.core.outcomes import FAILING, HARD, upstream_link
+from harness.report.analysis import commands, ran, version_lines
+from harness.report.results import SessionResult, bug_signature, opening_line
+
+# The order cards are listed in: what nobody has reported upstream comes first.
+STATUSES = ("new", "known", "limitation")
+STATUS_TEXT = {"new": "NEW: not reported upstream", "known": "known upstream bug",
+               "limitation": "documented limitation"}
+# A cell that broke as a whole (the harness, its process, its time limit): the examples it may have
+# recorded before breaking do not say why it failed.
+WHOLE_CELL = ("error", "crash", "timeout")
+
+
+def failures(record: dict) -> list[dict]:
+    """What failed in a cell: for a property cell, one entry per signature of its failing examples
+    (`examples`: their numbers, from 1, in the record's list), each with the outcome and reference
+    the case's declarations gave it; otherwise one entry for the cell as a whole (`examples` empty).
+    Nothing for a cell that did not fail."""
+    if record["outcome"] not in FAILING:
+        return []
+    examples = ((record.get("metrics") or {}).get("property") or {}).get("failing_examples") or []
+    if not examples or record["outcome"] in WHOLE_CELL:
+        return [{"signature": bug_signature(record), "outcome": record["outcome"],
+                 "reference": record.get("reference"), "error": opening_line(record.get("message")), "examples": []}]
+    found: dict[tuple, dict] = {}
+    for number, example in enumerate(examples, 1):
+        outcome = example.get("outcome") or "fail"
+        reference = example.get("reference") if outcome != "fail" else None
+        entry = found.setdefault((example["signature"], outcome, reference), {
+            "signature": example["signature"], "outcome": outcome, "reference": reference,
+            "error": opening_line(example.get("error")), "examples": []})
+        entry["examples"].append(number)
+    return list(found.values())
+
+
+def which(numbers: list[int], record: dict) -> str | None:
+    """'examples 2 and 4 of 4': the failing examples of a property cell that fail the card's way."""
+    if not numbers:
+        return None
+    listed = ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}" if len(numbers) > 1 else str(numbers[0])
+    of = sum(len(f["examples"]) for f in failures(record))
+    return f"example{'s' if len(numbers) > 1 else ''} {listed} of {of}"
+
+
+def status(failure: dict) -> str:
+    """new (failed, matching no declaration: whatever was declared, this failure is not it),
+    known (matched an upstream bug) or limitation (matched a documented limitation)."""
+    return failure["outcome"] if failure["outcome"] in ("known", "limitation") else "new"
+
+
+def signatures(record: dict) -> set[str]:
+    return {failure["signature"] for failure in failures(record)}
+
+
+def spans(found: list[str], along: list[str]) -> list[list[str]]:
+    """`found` (torch versions) as runs of consecutive versions of `along` (the line's versions in
+    order): [[first, last], ...], so a gap in the middle shows."""
+    runs: list[list[str]] = []
+    previous = None
+    for index, version in enumerate(along):
+        if version not in found:
+            continue
+        if runs and previous == index - 1:
+            runs[-1][1] = version
+        else:
+            runs.append([version, version])
+        previous = index
+    return runs
+
+
+def by_version(torches) -> list[str]:
+    """Distinct torch versions in packaging's order (never the order they were met in)."""
+    return sorted(set(torches), key=versions.torch_version)
+
+
+def failing_cards(sessions: list[SessionResult], case_ids: list[str]) -> list[dict]:
+    """Per line, the failures of the cells whose outcome on its newest torch is fail, error, crash
+    or timeout, grouped by (signature, status, reference): NEW cards first, then those matching an
+    upstream bug, then documented limitations, largest first. A card holds its cases along the line;
+    `versions` are the torch versions where any of those cells failed this way, `since` the first."""
+    cards: dict[tuple, dict] = {}
+    for line, members in version_lines(sessions).items():
+        newest = members[-1]
+        for case in case_ids:
+            record = newest.cases.get(case)
+            if not record or record["outcome"] not in HARD or newest.absent(case):
+                continue
+            history = ran(members, case)
+            for failure in failures(record):
+                kind = status(failure)
+                reference = failure["reference"] if kind != "new" else None
+                card = cards.setdefault((line, failure["signature"], kind, reference), {
+                    "line": line, "signature": failure["signature"], "status": kind, "status_text": STATUS_TEXT[kind],
+                    "reference": reference, "link": upstream_link(reference), "outcome": failure["outcome"],
+                    "error": failure["error"], "session": newest.name, "torch": newest.torch, "cases": [],
+                    "declared": [], "measured": [], **commands(case, newest.name)})
+                seen = by_version(s.torch for s, r in history if failure["signature"] in signatures(r))
+                card["cases"].append({"case": case, "outcome": record["outcome"], "examples": failure["examples"],
+                                      "which": which(failure["examples"], record), "versions": seen,
+                                      "since": seen[0] if seen else newest.torch})
+                card["measured"] += [s.torch for s, _ in history]
+                for declaration in record.get("declared") or []:
+                    if kind == "new" and declaration not in card["declared"]:
+                        card["declared"].append(declaration)  # declared for the case, and this failure is not it
+    for card in cards.values():
+        card["versions"] = by_version(v for c in card["cases"] for v in c["versions"])
+        card["since"] = card["versions"][0]
+        card["spans"] = spans(card["versions"], by_version(card.pop("measured")))
+    found = sorted(cards.values(), key=lambda c: (STATUSES.index(c["status"]), -len(c["cases"]), c["line"],
+                                                 c["signature"], c["reference"] or ""))
+    _note_same_failure(found)
+    return found
+
+
+def _note_same_failure(cards: list[dict]) -> None:
+    """A failure that is NEW on some cases and matches a reference on others gets two cards (a
+    reference is matched or not, never both on one card); each says which other card it shares the
+    failure with (by number, from 1), so a missing declaration shows."""
+    for index, card in enumerate(cards):
+        card["same_failure"] = [number for number, other in enumerate(cards, 1)
+                                if other is not card and (other["line"], other["signature"]) ==
+                                (card["line"], card["signature"])]
+        card["number"] = index + 1
+
+
+def failing_cases(cards: list[dict]) -> int:
+    """How many cells the cards hold: a cell on several cards (one per way it failed) counts once."""
+    return len({(card["line"], c["case"]) for card in cards for c in card["cases"]})
