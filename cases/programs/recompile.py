@@ -26,7 +26,7 @@ SAME = "lambda inputs: inputs"
 STATES = {
     "none": ("contextlib.nullcontext()", SAME, None),
     "autocast_bf16": ("torch.autocast({device!r}, dtype=torch.bfloat16)", SAME, "bfloat16"),
-    # CPU autocast computes in float16 from torch 2.3 (before, it warns and stays off, eagerly and compiled)
+    # CPU autocast has float16 from torch 2.2 (2.1 refuses it eagerly too: its control cannot judge it)
     "autocast_fp16": ("torch.autocast({device!r}, dtype=torch.float16)", SAME, "float16"),
     "autocast_disabled": ("torch.autocast({device!r}, enabled=False)", SAME, None),
     "no_grad": ("torch.no_grad()", SAME, None),

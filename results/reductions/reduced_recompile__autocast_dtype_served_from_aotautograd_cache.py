@@ -9,7 +9,7 @@ x = torch.randn(8, 8)
 try:
     with torch.autocast("cpu", dtype=torch.float16):
         fn(x)
-except RuntimeError as error:  # before torch 2.3 CPU autocast has no float16: exit 125, skip
+except RuntimeError as error:  # torch 2.1's CPU autocast has no float16: exit 125, skip
     raise SystemExit(print(f"OUTCOME: skip: {error}") or 125)
 with torch.autocast("cpu", dtype=torch.bfloat16):
     compiled(x)  # Dynamo recompiles below (its guard sees the dtype); AOTAutograd's cache key does not
