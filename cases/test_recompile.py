@@ -48,10 +48,24 @@ PINNED_RECOMPILE_OP = [
 ]
 
 
+# What the same compiled code gives after autocast's dtype changed around it: the first dtype's program.
+STALE_AUTOCAST_DTYPE = (r"after a recompile under torch\.autocast\([^)]*\) \(cache \w+\): compiled against "
+                        r"(eager|a fresh compile), \w+ call: The values for attribute 'dtype' do not match")
+# Dynamo did not guard the ambient autocast state, so nothing recompiled (fixed by pull request
+# pytorch/pytorch#143592): the graph traced under the first dtype runs under the second.
+autocast_not_guarded = pytest.mark.upstream_bug(
+    "pytorch/pytorch#112260", raises="AssertionError", match=STALE_AUTOCAST_DTYPE, until="2.6")
+# Dynamo recompiles, but AOTAutograd's cache key held whether autocast was on, not its dtype: inductor
+# is served the first dtype's program (the pull request that adds the dtype to the key).
+autocast_dtype_not_keyed = pytest.mark.upstream_bug(
+    "pytorch/pytorch#181564", raises="AssertionError", match=STALE_AUTOCAST_DTYPE, since="2.7", until="2.12")
+
+
 @pytest.mark.flaky(reruns=0)  # the table's examples are fixed: a second run tells nothing new
 @FULLGRAPH_REFUSES_GRAPH_BREAK
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_no_cuda)])
-@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=autocast_not_guarded),
+                                     pytest.param("inductor", marks=[autocast_not_guarded, autocast_dtype_not_keyed])])
 def test_property_recompile_op(case, device, backend):
     # One op of torch's OpInfo database and one of its samples, compiled once and called under 2-3
     # ambient states in turn, the caches warm in memory, on disk or off; fullgraph, dynamic shapes,
