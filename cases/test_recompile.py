@@ -52,9 +52,10 @@ PINNED_RECOMPILE_OP = [
 STALE_AUTOCAST_DTYPE = (r"after a recompile under torch\.autocast\([^)]*\) \(cache \w+\): compiled against "
                         r"(eager|a fresh compile), \w+ call: The values for attribute 'dtype' do not match")
 # Dynamo did not guard the ambient autocast state, so nothing recompiled (fixed by pull request
-# pytorch/pytorch#143592): the graph traced under the first dtype runs under the second.
+# pytorch/pytorch#143592): the graph traced under the first dtype runs under the second. From 2.2: torch
+# 2.1's CPU autocast has no float16, so nothing here can show it there (a pass is not a fix).
 autocast_not_guarded = pytest.mark.upstream_bug(
-    "pytorch/pytorch#112260", raises="AssertionError", match=STALE_AUTOCAST_DTYPE, until="2.6")
+    "pytorch/pytorch#112260", raises="AssertionError", match=STALE_AUTOCAST_DTYPE, since="2.2", until="2.6")
 # Dynamo recompiles, but AOTAutograd's cache key held whether autocast was on, not its dtype: inductor
 # is served the first dtype's program (the pull request that adds the dtype to the key).
 autocast_dtype_not_keyed = pytest.mark.upstream_bug(
