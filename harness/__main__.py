@@ -7,6 +7,7 @@ import os
 import pathlib
 import re
 import sys
+import tempfile
 
 from harness.core import paths
 from harness.core.errors import BadInput
@@ -52,12 +53,20 @@ def report(args) -> int:
     """Write the report; its exit status is the nightly's: 1 for each reason printed (an expected
     session without a complete results file; a regression or a new failing case against the
     baseline unless --no-fail-on-regression), 2 for bad input (nothing written)."""
-    from harness.report import render as reporting
+    from harness.report import committed, render as reporting
 
     dirs = args.dirs or [paths.results_dir()]
     expect = list(dict.fromkeys(name for item in args.expect or [] for name in re.split(r"[,\s]+", item) if name))
-    data = reporting.build(dirs, args.baseline, expect=expect, fail_on_regression=args.fail_on_regression,
-                           previous_dirs=args.previous, previous_unavailable=args.previous_unavailable)
+    with tempfile.TemporaryDirectory(prefix="harness-committed-") as scratch:
+        previous, source = args.previous, None
+        if previous is None and args.previous_unavailable is None and args.since_committed:
+            # by default, what changed since the table as last committed (for information)
+            source = committed.last_committed(pathlib.Path(dirs[0]), pathlib.Path(scratch))
+            if isinstance(source, committed.CommittedTable):
+                previous = [source.directory]
+        data = reporting.build(dirs, args.baseline, expect=expect, fail_on_regression=args.fail_on_regression,
+                               previous_dirs=previous, previous_unavailable=args.previous_unavailable,
+                               previous_source=source)
     out = pathlib.Path(args.out or dirs[0])
     for path in reporting.write(data, out):
         print(f"wrote {path}")
@@ -173,6 +182,9 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--baseline", nargs="+", metavar="DIR", help="results of an earlier run to compare with")
     rep.add_argument("--previous", nargs="+", metavar="DIR",
                      help="results of the run before, compared for information only (never sets the exit status)")
+    rep.add_argument("--no-since-committed", dest="since_committed", action="store_false",
+                     help="without --previous, the report compares with the table as last committed (git), for "
+                          "information; this leaves that out")
     rep.add_argument("--previous-unavailable", metavar="REASON",
                      help="the run before could not be fetched: the report states why, and exits 1")
     rep.add_argument("--out", metavar="DIR", help="where the report goes (default: the first DIR)")

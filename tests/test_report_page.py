@@ -72,7 +72,7 @@ def test_first_screen_shows_the_failing_group_and_the_newest_column(browser, pag
         shutil.copy(tmp_path / "first-screen.png", keep)
     assert browser.execute_script("return [innerWidth, innerHeight]") == [1400, 900]
     assert browser.execute_script("return document.documentElement.scrollWidth") <= 1400  # no sideways scrolling
-    group = browser.find_element(By.ID, "group-1")
+    group = browser.find_element(By.CSS_SELECTOR, "#failing .group")
     assert visible(browser, group), group.rect
     assert "nox -s repro -- '" + NEST + "' --session cpu_torch215" in group.text
     assert "nox -s bisect -- '" + NEST + "'" in group.text
@@ -80,6 +80,12 @@ def test_first_screen_shows_the_failing_group_and_the_newest_column(browser, pag
     # a passing exit status is no headline: the Sessions section says it, the first screen does not
     assert not browser.find_elements(By.ID, "verdict-line")
     assert "Exit status 0" in browser.find_element(By.ID, "exit-status").get_attribute("textContent")
+    # the four questions on the first screen: what is broken and not reported, what changed, since when
+    answers = browser.find_element(By.ID, "answers")
+    assert visible(browser, answers) and "Broken on the newest torch and not reported upstream: 2 bugs" in answers.text
+    assert "Between neighbouring torch versions:" in answers.text
+    # the grid is one click away, its newest column in view
+    browser.find_element(By.CSS_SELECTOR, 'nav a[href="#matrix"]').click()
     newest = browser.find_element(By.CSS_SELECTOR, '#matrix-grid th.session[data-session="cpu_torch215"]')
     assert "newest" in newest.get_attribute("class") and visible(browser, newest), newest.rect
     # the header stays in place while the grid scrolls under it
@@ -124,8 +130,8 @@ def test_a_case_link_in_a_failing_group_opens_its_cell(browser, page):
     from selenium.webdriver.common.by import By
 
     browser.get(page.as_uri())
-    browser.find_element(By.CSS_SELECTOR, "#group-1 details summary").click()
-    browser.find_element(By.CSS_SELECTOR, f'#group-1 a[data-case="{NEST}"]').click()
+    browser.find_element(By.CSS_SELECTOR, "#failing .group details summary").click()
+    browser.find_element(By.CSS_SELECTOR, f'#failing .group a[data-case="{NEST}"]').click()
     assert state(browser)["cell"] == f"{NEST}@cpu_torch215"
     selected = browser.find_element(By.CSS_SELECTOR, "#matrix-grid td.selected a")
     assert selected.get_attribute("data-case") == NEST and visible(browser, selected)
@@ -140,7 +146,7 @@ def test_the_committed_table_fits_the_screen_and_shows_the_lightning_axis_on_req
     # scroll sideways at 1400 px; the axis's columns come with the sessions filter, and with a link
     # to one of their cells.
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     from harness.core import paths
 
@@ -161,3 +167,14 @@ def test_the_committed_table_fits_the_screen_and_shows_the_lightning_axis_on_req
     browser.get(page + "#" + urllib.parse.urlencode({"cell": f"{case}@{axis[0]}"}))
     browser.refresh()
     assert axis[0] in columns()
+    # a cell of the newest column, opened: its record beside the grid, the cell itself in view
+    newest = data["newest"][0]["session"]
+    failing = next(c["case"] for c in data["cases"] if c["cells"][newest]["outcome"] == "fail")
+    browser.get(page + "#" + urllib.parse.urlencode({"cell": f"{failing}@{newest}"}))
+    browser.refresh()
+    details = browser.find_element(By.ID, "details")
+    WebDriverWait(browser, 10).until(lambda _: "failing examples" in details.text or "message" in details.text)
+    assert data["cases"][[c["case"] for c in data["cases"]].index(failing)]["cells"][newest]["exc_type"] in details.text
+    cell = browser.find_element(By.CSS_SELECTOR, "#matrix-grid td.selected")
+    assert visible(browser, cell) and cell.rect["x"] + cell.rect["width"] <= details.rect["x"], (cell.rect, details.rect)
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= 1400

@@ -9,7 +9,7 @@
 # the change is committed. PREVIOUS_ROOT (the night before) is compared for information only; when
 # it could not be fetched, $PREVIOUS_UNAVAILABLE says why, and the report states it and fails.
 # Runs `nox -s report` (nox from PATH) with REPORT_ARGS (e.g. --expect SESSION ...) and writes
-# REPORT.md, report.html, report.json to OUT_DIR, plus regressions.md (REPORT.md's baseline section)
+# REPORT.md, report.html (with its report-cells/), report.json to OUT_DIR, plus regressions.md (REPORT.md's baseline section)
 # when a cell changed for the worse. Exits with the report's status: 0, 1 when the report fails the
 # nightly (see its fails: lines), 2 on bad input. With $GITHUB_OUTPUT set, appends regressions=N.
 set -euo pipefail
@@ -47,6 +47,8 @@ elif [ "${#previous[@]}" -gt 0 ]; then
   args+=(--previous "${previous[@]}")
   echo "the previous run: ${#previous[@]} director$([ "${#previous[@]}" -eq 1 ] && echo y || echo ies) under ${previous_root}"
 else
+  # the baseline is the committed table already: no second comparison with it
+  args+=(--no-since-committed)
   echo "no earlier scheduled nightly with results: nothing to compare for information"
 fi
 mkdir -p "$out"

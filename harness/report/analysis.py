@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 
 from harness.core import caseid, records
-from harness.core.outcomes import FAILING, OUTCOMES, PASSING, REFERENCED, upstream_link
+from harness.core.outcomes import DECLARED, FAILING, HARD, OUTCOMES, PASSING, REFERENCED, upstream_link
 from harness.report.comparisons import cpu_twins, row_cpu_session
 from harness.report.results import NOT_RUN, SessionResult, opening_line
 
@@ -79,25 +79,43 @@ def known_groups(sessions: list[SessionResult], case_ids: list[str]) -> list[dic
     return sorted(groups.values(), key=lambda g: (kinds.index(g["kind"]), -g["count"], g["ref"] == "", g["ref"].lower()))
 
 
+def step_kind(old: str, new: str, flips: bool) -> str:
+    """What a change of outcome between neighbouring versions is. `flips`: the outcome comes back
+    at the next step, or a side is flaky (its attempts disagreed): no version range to bisect, so
+    kept apart from regressions and fixes. A regression: passing, a known bug or a documented
+    limitation before, failing (fail, error, crash, timeout) after, or passing before and a known
+    bug after. A fix: failing before (a declared failure included), passing after."""
+    if flips or "flaky" in (old, new):
+        return "flips"
+    if new in HARD and (old in PASSING or old in DECLARED) or old in PASSING and new in DECLARED:
+        return "regressions"
+    if old in FAILING and new in PASSING:
+        return "fixes"
+    return "other"
+
+
 def transitions(sessions: list[SessionResult], case_ids: list[str]) -> list[dict]:
     """Every step between adjacent torch versions of a line, newest first, with the cases whose
-    outcome changed: `regressions` (passing before, failing after), `fixes` (the reverse) and
-    `other` changes kept apart."""
+    outcome changed, by `step_kind`: `regressions`, `fixes`, `flips` and `other`."""
     steps = []
     for line, members in version_lines(sessions).items():
         by_step: dict[tuple, dict] = {}
         for case in case_ids:
             history = ran(members, case)
-            for (before, old), (after, new) in zip(history, history[1:]):
+            outcomes = [record["outcome"] for _, record in history]
+            for index, ((before, old), (after, new)) in enumerate(zip(history, history[1:])):
                 if old["outcome"] == new["outcome"]:
                     continue
+                # A -> B -> A over three neighbouring versions: both steps flip
+                flips = (index + 2 < len(outcomes) and outcomes[index + 2] == outcomes[index]) or (
+                    index > 0 and outcomes[index - 1] == outcomes[index + 1])
                 step = by_step.setdefault((before.name, after.name), {
                     "line": line, "from_session": before.name, "from_torch": before.torch, "to_session": after.name,
-                    "to_torch": after.torch, "version": after.version, "regressions": [], "fixes": [], "other": []})
-                kind = ("regressions" if old["outcome"] in PASSING and new["outcome"] in FAILING else
-                        "fixes" if old["outcome"] in FAILING and new["outcome"] in PASSING else "other")
-                step[kind].append({"case": case, "from": old["outcome"], "to": new["outcome"],
-                                   "message": opening_line(new.get("message") or old.get("message"))})
+                    "to_torch": after.torch, "version": after.version, "regressions": [], "fixes": [], "flips": [],
+                    "other": []})
+                step[step_kind(old["outcome"], new["outcome"], flips)].append({
+                    "case": case, "from": old["outcome"], "to": new["outcome"],
+                    "message": opening_line(new.get("message") or old.get("message"))})
         steps += by_step.values()
     order = list(version_lines(sessions))
     steps.sort(key=lambda s: s.pop("version"), reverse=True)  # newest step first, then by line

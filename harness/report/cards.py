@@ -13,8 +13,11 @@ their line), in torch version order, and its status from what its failures match
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from harness.core import versions
-from harness.core.outcomes import FAILING, HARD, upstream_link
+from harness.core.outcomes import FAILING, HARD, SIGNATURE_CHARACTERS, upstream_link
 from harness.report.analysis import commands, ran, version_lines
 from harness.report.results import SessionResult, bug_signature, opening_line
 
@@ -25,6 +28,19 @@ STATUS_TEXT = {"new": "NEW: not reported upstream", "known": "known upstream bug
 # A cell that broke as a whole (the harness, its process, its time limit): the examples it may have
 # recorded before breaking do not say why it failed.
 WHOLE_CELL = ("error", "crash", "timeout")
+# One bug met through two backends is one card: "backend='aot_eager' raised: X" and
+# "backend='inductor' raised: X" fail in the same shared machinery (AOTAutograd, its partitioner);
+# the card's cases still name each backend.
+BACKEND_NAMED = re.compile(r"backend='[^']*' raised:")
+
+
+def same_bug(signature: str) -> str:
+    merged = BACKEND_NAMED.sub("backend=… raised:", signature)
+    if merged != signature and signature.endswith("…"):
+        # where the signature was cut depended on the backend name's length: cut where none reaches
+        name, _, line = merged.partition(": ")
+        merged = f"{name}: {line[:SIGNATURE_CHARACTERS - 32]}…"
+    return merged
 
 
 def failures(record: dict) -> list[dict]:
@@ -36,14 +52,15 @@ def failures(record: dict) -> list[dict]:
         return []
     examples = ((record.get("metrics") or {}).get("property") or {}).get("failing_examples") or []
     if not examples or record["outcome"] in WHOLE_CELL:
-        return [{"signature": bug_signature(record), "outcome": record["outcome"],
+        return [{"signature": same_bug(bug_signature(record)), "outcome": record["outcome"],
                  "reference": record.get("reference"), "error": opening_line(record.get("message")), "examples": []}]
     found: dict[tuple, dict] = {}
     for number, example in enumerate(examples, 1):
         outcome = example.get("outcome") or "fail"
         reference = example.get("reference") if outcome != "fail" else None
-        entry = found.setdefault((example["signature"], outcome, reference), {
-            "signature": example["signature"], "outcome": outcome, "reference": reference,
+        signature = same_bug(example["signature"])
+        entry = found.setdefault((signature, outcome, reference), {
+            "signature": signature, "outcome": outcome, "reference": reference,
             "error": opening_line(example.get("error")), "examples": []})
         entry["examples"].append(number)
     return list(found.values())
@@ -131,8 +148,11 @@ def failing_cards(sessions: list[SessionResult], case_ids: list[str]) -> list[di
 def _note_same_failure(cards: list[dict]) -> None:
     """A failure that is NEW on some cases and matches a reference on others gets two cards (a
     reference is matched or not, never both on one card); each says which other card it shares the
-    failure with (by number, from 1), so a missing declaration shows."""
+    failure with (by number, from 1), so a missing declaration shows. A card's `anchor` is its
+    bug's, not its place: a link to it holds when other cards come and go."""
     for index, card in enumerate(cards):
+        key = "\n".join((card["line"], card["signature"], card["status"], card["reference"] or ""))
+        card["anchor"] = "bug-" + hashlib.sha256(key.encode()).hexdigest()[:10]
         card["same_failure"] = [number for number, other in enumerate(cards, 1)
                                 if other is not card and (other["line"], other["signature"]) ==
                                 (card["line"], card["signature"])]

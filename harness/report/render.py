@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import pathlib
 import re
 
 import jinja2
 
-from harness.core import records, versions
+from harness.core import paths, records, versions
 from harness.core.outcomes import OUTCOMES, upstream_link
-from harness.report import analysis, baseline as against, cards, comparisons, results, staleness
+from harness.report import analysis, baseline as against, cards, comparisons, findings, page, results, staleness
 from harness.report.results import NOT_RUN
 
 TEMPLATES = pathlib.Path(__file__).with_name("templates")
@@ -43,9 +44,10 @@ MD_CARDS = 16  # cards of failures REPORT.md shows (about 7 lines each); report.
 
 
 def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool = True, previous_dirs=None,
-          previous_unavailable: str | None = None) -> dict:
+          previous_unavailable: str | None = None, previous_source=None) -> dict:
     """`baseline_dirs`: what the runs are held to (the nightly's: the committed table); `previous_dirs`:
-    an informational comparison (the night before), which never sets the exit status, or
+    an informational comparison (the night before, or the table as last committed: `previous_source`
+    says which commit, or why there is none), which never sets the exit status, or
     `previous_unavailable`: why it could not be had, which does."""
     sessions = results.load_dirs(directories)
     earlier = results.load_dirs(baseline_dirs) if baseline_dirs else None
@@ -69,6 +71,7 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
         "baseline": against.compare(sessions, earlier) if earlier is not None else None,
         "previous": against.compare(sessions, night_before) if night_before is not None else None,
         "previous_unavailable": previous_unavailable,
+        "previous_source": previous_source if isinstance(previous_source, (str, type(None))) else previous_source.as_dict(),
         "expected": list(expect),
     }
     data["stale"] = [row.as_dict() for directory in directories for row in staleness.stale_rows(pathlib.Path(directory),
@@ -78,6 +81,7 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
         session["stale"] = stale.get(session["name"])
     data["stale_command"] = staleness.refresh_command([staleness.StaleRow(**row) for row in data["stale"]])
     data["failing_cases"] = cards.failing_cases(data["failing"])
+    data["findings_unmatched"] = findings.attach(data["failing"], findings.load())
     data["reused"] = sum(s["reused"] for s in data["sessions"])
     data["verdict"] = against.verdict(data, expect, fail_on_regression)
     data["summary_parts"] = summary_parts(data)
@@ -182,26 +186,25 @@ def _environment(autoescape: bool) -> jinja2.Environment:
     return env
 
 
-def render_markdown(data: dict, short: bool = False) -> str:
+def _root(out_dir) -> str:
+    """The checkout, relative to where a report goes: links to its files (the reduced scripts) hold."""
+    return pathlib.Path(os.path.relpath(paths.ROOT, pathlib.Path(out_dir or paths.results_dir()).resolve())).as_posix()
+
+
+def render_markdown(data: dict, short: bool = False, out_dir: pathlib.Path | None = None) -> str:
     """REPORT.md (`short`: the CI step summary, without the sessions)."""
-    text = _environment(autoescape=False).get_template("report.md.j2").render(data=data, short=short)
+    text = _environment(autoescape=False).get_template("report.md.j2").render(data=data, short=short,
+                                                                              root=_root(out_dir))
     text = "\n".join(line.rstrip() for line in text.splitlines()).strip() + "\n"
     return re.sub(r"\n{3,}", "\n\n", text)  # a section left out (the exit status when 0) leaves no gap
 
 
-def render_html(data: dict) -> str:
-    refs = {c["reference"] for row in data["cases"] for c in row["cells"].values() if c.get("reference")}
-    refs |= {e["reference"] for row in data["cases"] for c in row["cells"].values()
-             for e in ((c.get("metrics") or {}).get("property") or {}).get("failing_examples") or []
-             if e.get("reference")}
-    refs |= {d["ref"] for row in data["cases"] for c in row["cells"].values() for d in c.get("declared") or []}
-    links = {ref: upstream_link(ref) for ref in sorted(refs)}
-    payload = json.dumps({"sessions": data["sessions"], "families": data["families"], "cases": data["cases"],
-                          "symbols": CELL_TEXT, "meaning": MEANING, "links": links,
-                          "absent": {"text": ABSENT_TEXT, "symbol": ABSENT_SYMBOL}}, default=str)
-    # Inside <script>, no "</script" or "<!--" may appear: every "<" as its JSON escape.
+def render_html(data: dict, out_dir: pathlib.Path | None = None) -> str:
+    """report.html: the grid embedded, each cell's record in its session's cells file (page.py).
+    Links into the checkout (the reduced scripts) are relative to `out_dir`, where the page goes."""
+    payload = page.grid_payload(data, CELL_TEXT, MEANING, {"text": ABSENT_TEXT, "symbol": ABSENT_SYMBOL})
     return _environment(autoescape=True).get_template("report.html.j2").render(
-        data=data, payload=jinja2.utils.markupsafe.Markup(payload.replace("<", "\\u003c")))
+        data=data, root=_root(out_dir), payload=jinja2.utils.markupsafe.Markup(payload))
 
 
 def summary_markdown(data: dict) -> str:
@@ -210,15 +213,17 @@ def summary_markdown(data: dict) -> str:
 
 
 def write(data: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
-    """REPORT.md, report.html and report.json: each rendered before any is written, each written
-    whole or not at all."""
-    rendered = {"REPORT.md": render_markdown(data), "report.html": render_html(data),
-                "report.json": json.dumps(data, indent=1, default=str)}
+    """REPORT.md, report.html, report.json and the page's cells files: each rendered before any is
+    written, each written whole or not at all; cells files of sessions gone from the table go last."""
+    rendered = {"REPORT.md": render_markdown(data, out_dir=out_dir), "report.html": render_html(data, out_dir),
+                "report.json": json.dumps(data, indent=1, default=str), **page.cell_files(data)}
     paths = []
     for name, text in rendered.items():
         path = pathlib.Path(out_dir) / name
         records.write_atomically(path, text)
         paths.append(path)
+    for path in page.stale_cell_files(out_dir, rendered):
+        path.unlink()
     return paths
 
 

@@ -1,0 +1,75 @@
+"""The bugs found here and not reported upstream (results/reductions/findings.toml), each shown on
+the one card of "Failing on the newest torch" that holds it, with what a maintainer files: the
+reduced plain-torch script, its issue text and a search of the upstream tracker.
+
+The catalogue says where a finding is shown, never an outcome: a card is matched by its own cases
+and signature, and a finding that matches no card, or several, is named in the report's data
+(`findings_unmatched`), so a failure that changed shape shows instead of a stale label.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import urllib.parse
+
+from harness.core import paths
+from harness.report.results import ReportError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+REDUCTIONS = paths.ROOT / "results" / "reductions"
+CATALOGUE = REDUCTIONS / "findings.toml"
+TRACKER = "https://github.com/pytorch/pytorch/issues"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    number: int
+    title: str
+    cases: tuple[str, ...]  # case-id prefixes
+    signature: re.Pattern
+    script: str  # a file of results/reductions; its issue text is the .md beside it
+    search: str  # the words searched upstream
+
+    def holds(self, card: dict) -> bool:
+        return bool(self.signature.search(card["signature"])) and any(
+            c["case"].startswith(self.cases) for c in card["cases"])
+
+    def as_dict(self) -> dict:
+        issue = pathlib.Path(self.script).with_suffix(".md").name
+        return {"number": self.number, "title": self.title,
+                "script": f"results/reductions/{self.script}", "issue": f"results/reductions/{issue}",
+                "search": self.search,
+                "search_link": f"{TRACKER}?{urllib.parse.urlencode({'q': 'is:issue ' + self.search})}"}
+
+
+def load(path: pathlib.Path = CATALOGUE) -> list[Finding]:
+    """The catalogue; none where a checkout has no file (a table measured elsewhere)."""
+    if not path.is_file():
+        return []
+    try:
+        table = tomllib.loads(path.read_text())
+        return [Finding(int(f["number"]), str(f["title"]), tuple(f["cases"]), re.compile(f["signature"]),
+                        str(f["script"]), str(f["search"])) for f in table.get("finding", [])]
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, re.error) as exc:
+        raise ReportError(f"{path}: not a findings catalogue: {exc}") from None
+
+
+def attach(cards: list[dict], catalogue: list[Finding]) -> list[dict]:
+    """Each card gets `finding`: the one finding it holds (or None). Returns the findings that hold
+    no card, or more than one, each with the card numbers it matched."""
+    for card in cards:
+        card["finding"] = None
+    unmatched = []
+    for finding in catalogue:
+        held = [card for card in cards if finding.holds(card)]
+        if len(held) == 1 and held[0]["finding"] is None:
+            held[0]["finding"] = finding.as_dict()
+        else:
+            unmatched.append({**finding.as_dict(), "cards": [card["number"] for card in held]})
+    return unmatched

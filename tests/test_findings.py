@@ -1,0 +1,62 @@
+"""The findings catalogue (results/reductions/findings.toml): each bug README's "Found here" names is
+on exactly one card of the committed table, with its reduced script, issue text and upstream search;
+a finding whose failure changed shape is said, never left on a card it no longer describes."""
+
+import re
+
+import pytest
+
+from harness.core import paths
+from harness.report import findings, render
+from harness.report.results import ReportError
+from tests.test_report import write_session
+
+README_FINDING = re.compile(r"^(\d+)\. ", re.M)
+
+
+def readme_unreported() -> list[int]:
+    """The numbers of README's "Found here" list that its opening line says nobody reported."""
+    text = (paths.ROOT / "README.md").read_text()
+    found = text[text.index("## Found here"):]
+    found = found[: found.index("\n## ", 1)]
+    opening = re.search(r"^1-(\d+) found no report upstream", found, re.M)
+    assert opening, "README's Found here opens with the range of unreported findings"
+    return [n for n in map(int, README_FINDING.findall(found)) if n <= int(opening.group(1))]
+
+
+def test_each_readme_finding_is_on_exactly_one_card_of_the_committed_table():
+    catalogue = findings.load()
+    assert sorted(f.number for f in catalogue) == readme_unreported()
+    data = render.build([paths.ROOT / "results"])
+    assert data["findings_unmatched"] == []
+    on_cards = [card["finding"]["number"] for card in data["failing"] if card["finding"]]
+    assert sorted(on_cards) == readme_unreported()  # each once
+    for card in data["failing"]:
+        if card["finding"]:
+            assert card["status"] == "new", card["number"]  # a catalogued finding is one nobody reported
+            for key in ("script", "issue"):
+                assert (paths.ROOT / card["finding"][key]).is_file(), card["finding"][key]
+            assert card["finding"]["search_link"].startswith("https://github.com/pytorch/pytorch/issues?q=")
+
+
+def test_a_finding_whose_failure_changed_is_said_and_on_no_card(tmp_path):
+    catalogue = tmp_path / "findings.toml"
+    catalogue.write_text('[[finding]]\nnumber = 1\ntitle = "a wrong gradient"\ncases = ["checkpoint/plain"]\n'
+                         'signature = "^AssertionError: gradient"\nscript = "found_x.py"\nsearch = "wrong gradient"\n')
+    case = "checkpoint/plain_checkpoint[cpu-inductor-fullgraph]"
+    for message in ("gradient 0 is wrong", "now it raises something else"):
+        table = tmp_path / message.replace(" ", "_")
+        write_session(table, "cpu_torch215", "2.15.0", {case: {"outcome": "fail", "message": message}})
+        cards = render.build([table])["failing"]
+        unmatched = findings.attach(cards, findings.load(catalogue))
+        if message.startswith("gradient"):
+            assert unmatched == [] and cards[0]["finding"]["script"] == "results/reductions/found_x.py"
+        else:
+            assert cards[0]["finding"] is None and [(f["number"], f["cards"]) for f in unmatched] == [(1, [])]
+
+
+def test_a_broken_catalogue_is_one_clear_error(tmp_path):
+    catalogue = tmp_path / "findings.toml"
+    catalogue.write_text('[[finding]]\nnumber = 1\ntitle = "x"\n')
+    with pytest.raises(ReportError, match=r"findings.toml: not a findings catalogue: 'cases'"):
+        findings.load(catalogue)
