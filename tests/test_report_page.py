@@ -124,6 +124,19 @@ def test_filters_and_the_selected_cell_live_in_the_url(browser, page):
     assert not browser.find_element(By.ID, "details").is_displayed() and state(browser) == {"outcome": "crash"}
     Select(browser.find_element(By.ID, "f-outcome")).select_by_value("")
     assert rows() == everything
+    # the outcome filter looks at the newest torch's column unless told which: OLD failed on 2.5 only
+    Select(browser.find_element(By.ID, "f-outcome")).select_by_value("fail")
+    assert rows() == [NEST]
+    Select(browser.find_element(By.ID, "f-in")).select_by_value("any")
+    assert set(rows()) == {NEST, OLD}
+    Select(browser.find_element(By.ID, "f-in")).select_by_value("cpu_torch25")
+    assert rows() == [OLD] and state(browser) == {"outcome": "fail", "in": "cpu_torch25"}
+    # a link that holds filters only opens on the grid
+    link = browser.current_url
+    browser.get("about:blank")
+    browser.get(link)
+    heading = browser.find_element(By.ID, "matrix")
+    assert browser.execute_script("return arguments[0].getBoundingClientRect().top", heading) == pytest.approx(0, abs=2)
 
 
 def test_a_case_link_in_a_failing_group_opens_its_cell(browser, page):
