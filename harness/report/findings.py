@@ -44,8 +44,19 @@ class Finding:
         issue = pathlib.Path(self.script).with_suffix(".md").name
         return {"number": self.number, "title": self.title,
                 "script": f"results/reductions/{self.script}", "issue": f"results/reductions/{issue}",
-                "search": self.search,
+                "swept": swept(REDUCTIONS / issue), "search": self.search,
                 "search_link": f"{TRACKER}?{urllib.parse.urlencode({'q': 'is:issue ' + self.search})}"}
+
+
+def swept(issue: pathlib.Path) -> str | None:
+    """Where the script itself fails, as its issue text says (`harness sweep --issue` wrote it, from
+    running the script in each version's venv): a card's cells may draw other programs per version
+    (a property cell), so a card's own versions and its script's can differ, and both are shown."""
+    try:
+        lines = issue.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    return next((line for line in lines if line.startswith("Fails on torch")), None)
 
 
 def load(path: pathlib.Path = CATALOGUE) -> list[Finding]:
