@@ -555,3 +555,35 @@ def test_a_pull_request_runs_the_families_it_changes():
     assert module.case_files(["harness/tools/repro/script.py"]) == []
     for everywhere in ("harness/plugin/casekit.py", "harness/core/records.py", "harness/core/matrix.toml"):
         assert len(module.case_files([everywhere])) == len(list((ROOT / "cases").glob("test_*.py"))), everywhere
+
+
+def test_the_sessions_install_and_definition_run_every_family():
+    module = pr_table()
+    for everywhere in ("pyproject.toml", "noxfile.py"):
+        assert len(module.case_files([everywhere])) == len(list((ROOT / "cases").glob("test_*.py"))), everywhere
+
+
+def test_a_pull_request_that_adds_a_row_is_held_to_its_own_table(tmp_path):
+    # Real git: the base branch has the table of cpu_torch215 only; the pull request adds cpu_torch216,
+    # first without its table, then with it.
+    module = pr_table()
+    repo = tmp_path / "repo"
+    (repo / "results").mkdir(parents=True)
+    (repo / "results" / "cpu_torch215.jsonl").write_text("base 215\n")
+    commit = ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm"]
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], [*commit, "base"], ["checkout", "-qb", "feature"]):
+        module.git(repo, *args)
+    assert module.base_has_table("main", "cpu_torch215", repo) and not module.base_has_table("main", "cpu_torch216", repo)
+    assert module.write_table("main", "cpu_torch215", tmp_path / "t1", repo) == "base"
+    assert (tmp_path / "t1" / "cpu_torch215.jsonl").read_text() == "base 215\n"
+    assert module.write_table("main", "cpu_torch216", tmp_path / "t2", repo) == "none"
+    assert not (tmp_path / "t2").exists()
+    (repo / "results" / "cpu_torch216.jsonl").write_text("head 216\n")
+    module.git(repo, "add", "-A")
+    module.git(repo, *commit, "add the row")
+    assert module.write_table("main", "cpu_torch216", tmp_path / "t3", repo) == "head"
+    assert (tmp_path / "t3" / "cpu_torch216.jsonl").read_text() == "head 216\n"
+    # a session the base has no table of: every family runs (through the script, on this checkout)
+    done = subprocess.run([sys.executable, str(SCRIPTS / "pr_table.py"), "families", "HEAD", "cpu_torch999"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and len(done.stdout.split()) == len(list((ROOT / "cases").glob("test_*.py"))), done

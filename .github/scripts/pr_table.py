@@ -2,7 +2,12 @@
 the committed table of the base branch, on the same torch build (the report does the comparing:
 `python -m harness report RUN --baseline TABLE`, red exactly when a cell changes for the worse).
 
-    python .github/scripts/pr_table.py families BASE_REF      case files to run, one a line (none: nothing to run)
+    python .github/scripts/pr_table.py families BASE_REF [SESSION]   case files to run, one a line (none:
+                                                              nothing to run); every one when the base
+                                                              branch has no table of SESSION (a new row)
+    python .github/scripts/pr_table.py table BASE_REF SESSION DIR    the table to compare with, into DIR: the
+                                                              base branch's, else the pull request's own
+                                                              (it adds the row), else none; says which
     python .github/scripts/pr_table.py build TABLE.jsonl      `registry` when the table was measured on the
                                                               registry's build, else `auto` (HARNESS_TORCH_BUILD)
 
@@ -11,7 +16,9 @@ harness/plugin; harness/core/matrix.toml; or a module under cases/ that is not a
 cases/conftest.py, cases/programs/, the shared declarations) runs every family; a change to a case
 file runs its family. These are the inputs of the reuse key (harness/core/sources.py), so the two
 cannot disagree on what a change touches; like the key, a Python file whose code is the same (a
-comment, a docstring) is no change.
+comment, a docstring) is no change. pyproject.toml (the session tools' bounds: hypothesis draws
+the property cases' examples) and noxfile.py (how a session installs and runs) run every family too:
+their effect reaches the key through what a session installs, which only running shows.
 """
 
 from __future__ import annotations
@@ -57,10 +64,34 @@ def changes_code(path: str, before: str | None, after: str | None) -> bool:
 def case_files(changed: list[str]) -> list[str]:
     """The case files a change to the files `changed` asks to run."""
     every = [paths.relative(p) for p in family_files().values()]
-    everywhere = {paths.relative(p) for p in [*session_modules(), *case_support_files(), matrix.MATRIX_FILE]}
+    everywhere = {paths.relative(p) for p in [*session_modules(), *case_support_files(), matrix.MATRIX_FILE,
+                                              paths.ROOT / "pyproject.toml", paths.ROOT / "noxfile.py"]}
     if any(path in everywhere for path in changed):
         return every
     return [path for path in every if path in changed]
+
+
+def table_path(session: str) -> str:
+    return f"results/{session}{paths.RESULTS_SUFFIX}"
+
+
+def base_has_table(base: str, session: str, root: pathlib.Path = paths.ROOT) -> bool:
+    since = git(root, "merge-base", base, "HEAD").stdout.strip()
+    return git(root, "cat-file", "-e", f"{since}:{table_path(session)}", check=False).returncode == 0
+
+
+def write_table(base: str, session: str, out: pathlib.Path, root: pathlib.Path = paths.ROOT) -> str:
+    """The table `session` is held to, written into `out`: the base branch's (`base`); where the base
+    has none (the pull request adds the row), the pull request's own committed one (`head`); else
+    `none`, and the run is held to its own outcomes (the report's --expect) only."""
+    since = git(root, "merge-base", base, "HEAD").stdout.strip()
+    for source, commit in (("base", since), ("head", "HEAD")):
+        shown = git(root, "show", f"{commit}:{table_path(session)}", check=False)
+        if shown.returncode == 0:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / pathlib.Path(table_path(session)).name).write_text(shown.stdout, encoding="utf-8")
+            return source
+    return "none"
 
 
 def table_build(table: pathlib.Path) -> str:
@@ -72,12 +103,17 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command, args = (argv[0], argv[1:]) if argv else ("", [])
     try:
-        if command == "families" and len(args) == 1:
-            print("\n".join(case_files(changed_paths(args[0]))))
+        if command == "families" and len(args) in (1, 2):
+            new_row = len(args) == 2 and not base_has_table(args[0], args[1])
+            every = [paths.relative(p) for p in family_files().values()]
+            print("\n".join(every if new_row else case_files(changed_paths(args[0]))))
+        elif command == "table" and len(args) == 3:
+            print(write_table(args[0], args[1], pathlib.Path(args[2])))
         elif command == "build" and len(args) == 1:
-            print(table_build(pathlib.Path(args[0])))
+            print(table_build(pathlib.Path(args[0])) if pathlib.Path(args[0]).is_file() else "auto")
         else:
-            print("usage: pr_table.py families BASE_REF | build TABLE.jsonl", file=sys.stderr)
+            print("usage: pr_table.py families BASE_REF [SESSION] | table BASE_REF SESSION DIR | build TABLE.jsonl",
+                  file=sys.stderr)
             return 2
     except (records.ResultsError, subprocess.CalledProcessError) as error:
         print(f"error: {error}", file=sys.stderr)
