@@ -9,6 +9,8 @@ rate limit's 403 with `x-ratelimit-remaining: 0`).
 
 `runs`: newest first, as the API lists them; each {"id", "event", "head_branch", "artifacts":
 {name: {relative path: text}}, "expired": [names]}. `fail` maps a path prefix to an HTTP status.
+Issues, their comments and labels are kept as the API would (`api.issues`, `api.comments`);
+`api.calls` holds every request that changes something: (method, path, its JSON body).
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ class FakeGitHub:
     def __init__(self, runs, default_branch="main", repo="owner/project", fail=None):
         self.runs, self.default_branch, self.repo, self.fail = runs, default_branch, repo, dict(fail or {})
         self.requests: list[str] = []
+        self.calls: list[tuple[str, str, dict]] = []
+        self.issues: list[dict] = []
+        self.comments: dict[int, list[str]] = {}
+        self.labels: set[str] = set()
         self.artifacts = {}  # id -> (run, name)
         for run in runs:
             for name in run.get("artifacts", {}):
@@ -53,6 +59,8 @@ class FakeGitHub:
                 return status, {"message": MESSAGES[status], "documentation_url": DOCS}, {}
         if path == prefix:
             return 200, {"id": 1, "full_name": self.repo, "default_branch": self.default_branch, "private": False}, {}
+        if path == f"{prefix}/issues":
+            return 200, self._open_issues(query), {}
         if path == f"{prefix}/actions/workflows/nightly.yml/runs":
             runs = [self._run(r) for r in self.runs
                     if query.get("event", r["event"]) == r["event"] and query.get("branch", r["head_branch"]) ==
@@ -77,6 +85,41 @@ class FakeGitHub:
             run, name = self.artifacts[int(path.rsplit("/", 1)[1].split(".")[0])]
             return 200, _zip(run["artifacts"][name]), {"Content-Type": "application/zip"}
         return 404, {"message": "Not Found", "documentation_url": DOCS}, {}
+
+    def change(self, method: str, path: str, body: dict):
+        """A POST or PATCH: labels, issues and their comments."""
+        prefix = f"/repos/{self.repo}"
+        for failing, status in self.fail.items():
+            if path.startswith(failing):
+                return status, {"message": MESSAGES[status], "documentation_url": DOCS}, {}
+        if (method, path) == ("POST", f"{prefix}/labels"):
+            if body["name"] in self.labels:
+                return 422, {"message": "Validation Failed", "errors": [{"code": "already_exists"}],
+                             "documentation_url": DOCS}, {}
+            self.labels.add(body["name"])
+            return 201, {"name": body["name"], "color": body.get("color")}, {}
+        if (method, path) == ("POST", f"{prefix}/issues"):
+            issue = {"number": len(self.issues) + 1, "title": body["title"], "body": body.get("body"), "state": "open",
+                     "state_reason": None, "labels": [{"name": n} for n in body.get("labels", [])],
+                     "html_url": f"https://github.com/{self.repo}/issues/{len(self.issues) + 1}"}
+            self.issues.append(issue)
+            return 201, issue, {}
+        parts = path[len(prefix):].split("/")  # ["", "issues", N] or ["", "issues", N, "comments"]
+        if len(parts) >= 3 and parts[1] == "issues" and parts[2].isdigit() and int(parts[2]) <= len(self.issues):
+            issue = self.issues[int(parts[2]) - 1]
+            if method == "PATCH" and len(parts) == 3:
+                issue.update({k: v for k, v in body.items() if k in ("title", "body", "state", "state_reason")})
+                return 200, issue, {}
+            if method == "POST" and parts[3:] == ["comments"]:
+                self.comments.setdefault(issue["number"], []).append(body["body"])
+                return 201, {"id": sum(map(len, self.comments.values())), "body": body["body"]}, {}
+        return 404, {"message": "Not Found", "documentation_url": DOCS}, {}
+
+    def _open_issues(self, query):
+        wanted = set(filter(None, query.get("labels", "").split(",")))
+        state = query.get("state", "open")
+        return [i for i in self.issues if (state == "all" or i["state"] == state)
+                and wanted <= {label["name"] for label in i["labels"]}]
 
     def _run(self, run):
         return {"id": run["id"], "name": "Nightly matrix", "event": run["event"], "head_branch": run["head_branch"],
@@ -120,6 +163,27 @@ def _handler(api: FakeGitHub):
             self.send_response(status)
             if status == 403 and isinstance(body, dict) and "rate limit" in body["message"]:
                 headers = {**headers, "x-ratelimit-remaining": "0", "x-ratelimit-reset": "1764040000"}
+            for key, value in {"Content-Type": "application/json; charset=utf-8", **headers}.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _change(self, method):
+            parsed = urllib.parse.urlsplit(self.path)
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            api.calls.append((method, parsed.path, body))
+            self._send(*api.change(method, parsed.path, body))
+
+        def do_POST(self):  # noqa: N802
+            self._change("POST")
+
+        def do_PATCH(self):  # noqa: N802
+            self._change("PATCH")
+
+        def _send(self, status, body, headers):
+            data = json.dumps(body).encode()
+            self.send_response(status)
             for key, value in {"Content-Type": "application/json; charset=utf-8", **headers}.items():
                 self.send_header(key, value)
             self.send_header("Content-Length", str(len(data)))

@@ -12,12 +12,18 @@ import io
 import json
 import os
 import re
+import time
 import urllib.error
 import urllib.request
 import zipfile
 
 API_VERSION = "2022-11-28"
 TIMEOUT = 60
+# A transient failure (the API's 5xx, a dropped connection) is tried again, this many times in all,
+# waiting RETRY_WAIT, then twice that, ... seconds ($GITHUB_API_RETRY_WAIT: the tests wait less).
+ATTEMPTS = 3
+RETRY_WAIT = float(os.environ.get("GITHUB_API_RETRY_WAIT") or 5)
+TRANSIENT = (500, 502, 503, 504)
 
 
 class GitHubError(Exception):
@@ -40,21 +46,35 @@ class GitHub:
             raise GitHubError("no repository: set GH_REPO (owner/name)")
         self.calls = 0  # requests made, for the figures a run prints
 
-    def _open(self, url: str, accept: str = "application/vnd.github+json", follow: bool = True):
-        request = urllib.request.Request(url, headers={"Accept": accept, "X-GitHub-Api-Version": API_VERSION,
-                                                       "User-Agent": "torch-compile-matrix"})
-        if self.token:
-            request.add_unredirected_header("Authorization", f"Bearer {self.token}")
-        self.calls += 1
-        opener = urllib.request.build_opener(*(() if follow else (_NoRedirect,)))
-        try:
-            return opener.open(request, timeout=TIMEOUT)
-        except urllib.error.HTTPError as error:
-            if not follow and error.code in (301, 302, 303, 307, 308):
-                return error  # the caller follows it, without the token
-            raise GitHubError(_describe(url, error)) from None
-        except (urllib.error.URLError, OSError) as error:
-            raise GitHubError(f"GET {url}: {getattr(error, 'reason', error)}") from None
+    def _open(self, url: str, accept: str = "application/vnd.github+json", follow: bool = True,
+              method: str = "GET", body: dict | None = None):
+        for attempt in range(1, ATTEMPTS + 1):
+            request = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
+                                             headers={"Accept": accept, "X-GitHub-Api-Version": API_VERSION,
+                                                      "User-Agent": "torch-compile-matrix",
+                                                      **({"Content-Type": "application/json"} if body is not None else {})})
+            if self.token:
+                request.add_unredirected_header("Authorization", f"Bearer {self.token}")
+            self.calls += 1
+            opener = urllib.request.build_opener(*(() if follow else (_NoRedirect,)))
+            try:
+                return opener.open(request, timeout=TIMEOUT)
+            except urllib.error.HTTPError as error:
+                if not follow and error.code in (301, 302, 303, 307, 308):
+                    return error  # the caller follows it, without the token
+                failure = GitHubError(_describe(url, error, method))
+                if error.code not in TRANSIENT:
+                    raise failure from None
+            except (urllib.error.URLError, OSError) as error:
+                failure = GitHubError(f"{method} {url}: {getattr(error, 'reason', error)}")
+            if attempt < ATTEMPTS:
+                time.sleep(RETRY_WAIT * 2 ** (attempt - 1))
+        raise GitHubError(f"{failure} (tried {ATTEMPTS} times)")
+
+    def send(self, method: str, path: str, body: dict) -> dict:
+        """A POST or PATCH of `body` (JSON); the API's answer."""
+        with self._open(f"{self.api}/{path.lstrip('/')}", method=method, body=body) as response:
+            return json.load(response)
 
     def get(self, path: str) -> dict:
         with self._open(f"{self.api}/{path.lstrip('/')}") as response:
@@ -94,13 +114,13 @@ class GitHub:
             raise GitHubError(f"artifact {artifact_id}: the download is not a zip file ({len(data)} bytes)") from None
 
 
-def _describe(url: str, error: urllib.error.HTTPError) -> str:
+def _describe(url: str, error: urllib.error.HTTPError, method: str = "GET") -> str:
     """`GET URL: 403 API rate limit exceeded ... (resets at ...)`: the API's own message."""
     try:
         message = json.loads(error.read().decode("utf-8", "replace")).get("message") or error.reason
     except (ValueError, AttributeError):
         message = error.reason
-    text = f"GET {url.split('?')[0]}: {error.code} {message}"
+    text = f"{method} {url.split('?')[0]}: {error.code} {message}"
     if error.headers.get("x-ratelimit-remaining") == "0":
         text += f" (rate limit; resets at epoch {error.headers.get('x-ratelimit-reset', '?')})"
     return " ".join(text.split())
