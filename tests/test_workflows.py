@@ -142,7 +142,8 @@ def test_every_tag_the_workflows_use_selects_a_session(tag):
 
 @pytest.mark.parametrize(
     ("gpu_runner", "only_tag", "want_cuda"),
-    [('["self-hosted", "gpu"]', None, True), ("", None, False), ("gpu-box", "cuda", True), ("", "latest", False)],
+    [('["self-hosted", "gpu"]', None, True), ("", None, False), ("gpu-box", "cuda", True), ("", "latest", False),
+     ("", "cuda", False)],
 )
 def test_matrix_script_sends_cpu_and_cuda_sessions_to_their_runners(tmp_path, gpu_runner, only_tag, want_cuda):
     for tag in ("cpu", "cuda", only_tag):
@@ -163,6 +164,8 @@ def test_matrix_script_sends_cpu_and_cuda_sessions_to_their_runners(tmp_path, gp
         json.loads(gpu_runner) if gpu_runner.startswith("[") else [gpu_runner]) for e in cuda)
     if not gpu_runner:
         assert "no GPU runner declared" in result.stderr
+    if only_tag == "cuda" and not gpu_runner:  # a manual run of the CUDA sessions here: nothing runs, no red
+        assert cpu == cuda == [] and "nothing to run here" in result.stderr
     if only_tag:
         chosen = {e["session"] for e in json.loads((tmp_path / f"{only_tag}.json").read_text())}
         assert {e["session"] for e in cpu + cuda} <= chosen
@@ -466,6 +469,16 @@ def test_cuda_collect_runs_weekly_and_on_install_changes_not_on_every_push():
     assert ci[True]["push"]["branches"] == ["main"] and ci[True]["push"]["paths"] == ci[True]["pull_request"]["paths"]
     for workflow in ("ci.yml", "cuda-collect.yml", "nightly.yml"):
         assert load(workflow)["concurrency"]["group"]
+
+
+def test_an_offline_gpu_runner_never_holds_the_next_night_back():
+    nightly = load("nightly.yml")
+    # a scheduled night cancels the one still queued before it; a job after `sessions` with an
+    # empty matrix is skipped, never started on nothing
+    assert nightly["concurrency"]["cancel-in-progress"] == "${{ github.event_name == 'schedule' }}"
+    assert "github.event_name" in nightly["concurrency"]["group"]
+    for name, key in (("session", "cpu"), ("cuda-session", "cuda")):
+        assert f"needs.sessions.outputs.{key} != '[]'" in nightly["jobs"][name]["if"], name
 
 
 def test_no_wheel_cache_in_the_nightly_and_ci_saves_only_on_the_default_branch():
