@@ -751,3 +751,23 @@ def test_html_is_self_contained(matrix, tmp_path):
     # a cell's whole record comes from the script file beside the page, the message whole and inert
     cells = (tmp_path / "report-cells" / "cpu_torch27.js").read_text()
     assert cells.startswith('REPORT_CELLS("cpu_torch27",') and "</script" not in cells and "alert(1)" in cells
+
+
+def test_torch_nightly_is_held_to_the_newest_release_for_information(tmp_path):
+    now, table = tmp_path / "now", tmp_path / "table"
+    write_session(now, "cpu_torch_nightly", "2.16.0.dev20261125+cpu", {CK: "fail", OLD: "pass", TE: "known"})
+    write_session(table, "cpu_torch214", "2.14.1", {CK: "pass", OLD: "pass", TE: "known"})
+    write_session(table, "cpu_torch215", "2.15.0", {CK: "pass", OLD: "fail", TE: "known"})
+    done = run_cli(now, "--baseline", table, "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stdout  # a pre-release's changes never set the exit status
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    entry, = data["nightly_torch"]
+    assert (entry["release_session"], entry["compared"]) == ("cpu_torch215", 3)  # the newest release, not 2.14
+    assert [(d["case"], d["release"], d["nightly"]) for d in entry["worse"]] == [(CK, "pass", "fail")]
+    assert [d["case"] for d in entry["better"]] == [OLD]
+    assert "note: cpu_torch_nightly: 1 cell worse on torch 2.16.0.dev20261125+cpu than on 2.15.0 (cpu_torch215): " \
+        "possible upstream regressions" in done.stdout
+    text = section((tmp_path / "out" / "REPORT.md").read_text(), "## Torch nightly against the newest release")
+    assert "- **cpu_torch_nightly** (torch 2.16.0.dev20261125+cpu) against **cpu_torch215**: 3 cases compared, " \
+           f"1 worse, 1 better: `{CK}`" in text
+    assert 'id="nightly-torch"' in (tmp_path / "out" / "report.html").read_text()

@@ -120,3 +120,32 @@ def cuda_against_cpu(sessions: list[SessionResult]) -> list[dict]:
         entry["differences"] = sum(len(g["cases"]) for g in entry["groups"])
         found.append(entry)
     return found
+
+
+def nightly_against_release(current: list[SessionResult], table: list[SessionResult] | None) -> list[dict]:
+    """Each session of torch nightly against the newest released plain session of its line, in the
+    table it is held to (else in this run): where nightly does worse, a possible upstream regression
+    (nightly has no committed table of its own: its pre-release changes every night)."""
+    from harness.report.baseline import status, worse  # the one definition of "worse"
+
+    pool = table if table else current
+    found = []
+    for session in (s for s in current if s.identity["row"] == "nightly"):
+        releases = [s for s in pool if s.line == session.line and s.label is None and s.identity["row"] != "nightly"]
+        release = max(releases, key=lambda s: s.version, default=None)
+        entry = {"session": session.name, "torch": session.torch, "release_session": release and release.name,
+                 "release_torch": release and release.torch, "compared": 0, "worse": [], "better": []}
+        for case, record in sorted(session.cases.items()) if release is not None else ():
+            then = release.cases.get(case)
+            if then is None or session.absent(case) or release.absent(case):
+                continue
+            entry["compared"] += 1
+            found_status = status(session, case, then["outcome"], record["outcome"])
+            row = {"case": case, "release": then["outcome"], "nightly": record["outcome"],
+                   "message": opening_line(record.get("message")), "status": found_status}
+            if found_status and worse({"status": found_status, "now": record["outcome"]}):
+                entry["worse"].append(row)
+            elif found_status == "fixed":
+                entry["better"].append(row)
+        found.append(entry)
+    return found

@@ -35,7 +35,7 @@ REUSED_MARK = "↺"
 SECTIONS = (("failing", "Failing on the newest torch"), ("known", "Known bugs and documented limitations"),
             ("transitions", "Regressions and fixes between torch versions"),
             ("lightning", "Where Lightning changes an outcome"),
-            ("cuda", "Where the GPU changes an outcome"),
+            ("cuda", "Where the GPU changes an outcome"), ("nightly-torch", "Torch nightly against the newest release"),
             ("other-environments", "Other environments of a row"), ("baseline", "Against the baseline"),
             ("previous", "Against the previous run (for information)"),
             ("sessions", "Sessions"), ("matrix", "Matrix"))
@@ -67,6 +67,7 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
         "transitions": analysis.transitions(sessions, case_ids),
         "lightning": comparisons.lightning_differences(sessions, case_ids),
         "cuda_against_cpu": comparisons.cuda_against_cpu(sessions),
+        "nightly_torch": comparisons.nightly_against_release(sessions, earlier),
         "other_environments": comparisons.other_environments(sessions, case_ids),
         "baseline": against.compare(sessions, earlier) if earlier is not None else None,
         "previous": against.compare(sessions, night_before) if night_before is not None else None,
@@ -84,6 +85,11 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
     data["findings_unmatched"] = findings.attach(data["failing"], findings.load())
     data["reused"] = sum(s["reused"] for s in data["sessions"])
     data["verdict"] = against.verdict(data, expect, fail_on_regression)
+    for entry in data["nightly_torch"]:  # for information: a pre-release's changes are upstream's to confirm
+        if entry["worse"]:
+            data["verdict"]["notes"].append(
+                f"{entry['session']}: {_plural(len(entry['worse']), 'cell')} worse on torch {entry['torch']} than on "
+                f"{entry['release_torch']} ({entry['release_session']}): possible upstream regressions")
     data["summary_parts"] = summary_parts(data)
     data["summary"] = " ".join(data["summary_parts"])
     return data
