@@ -18,11 +18,14 @@ def test_a_report_says_what_changed_since_the_table_last_committed(tmp_path):
     write_session(table, "cpu_torch25", "2.5.1", {CK: "pass", OLD: "pass"})
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "first table")
+    first = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    (table / "notes.md").write_text("a later commit under results/, the table unchanged\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "notes")
     write_session(table, "cpu_torch25", "2.5.1", {CK: "fail", OLD: "pass"})  # measured again: CK regressed
     done = run_cli(table, "--out", tmp_path / "out")
     assert done.returncode == 0, done.stderr  # for information: it never sets the exit status
-    first = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
-    heading = f"## Since the table committed at {first[:12]}"
+    heading = f"## Since the table committed at {first[:12]}"  # the commit that committed it, not a later one
     text = (tmp_path / "out" / "REPORT.md").read_text()
     assert f"| cpu_torch25 | `{CK}` | **regressed** | pass | fail |" in section(text, next(
         line for line in text.splitlines() if line.startswith(heading)))

@@ -58,15 +58,22 @@ def last_committed(directory: pathlib.Path, into: pathlib.Path) -> CommittedTabl
         hashed = _git(directory, "hash-object", "--", *map(str, files)).split() if files else []
         now = {path.name: blob for path, blob in zip(files, hashed)}
         log = _git(top, "log", f"-n{COMMITS_LOOKED_AT}", "--format=%H%x09%cI%x09%s", "--", f"{where}/").splitlines()
+        found, then = None, None
         for entry in log:
-            commit, date, subject = entry.split("\t", 2)
-            then = _listed(top, commit, where)
-            if then and then != now:
-                into.mkdir(parents=True, exist_ok=True)
-                for name, blob in then.items():
-                    (into / name).write_bytes(subprocess.run(["git", "cat-file", "blob", blob], cwd=top,
-                                                             capture_output=True, check=True).stdout)
-                return CommittedTable(commit, date, subject, into)
+            listed = _listed(top, entry.split("\t", 1)[0], where)
+            if found is None and listed and listed != now:
+                found, then = entry, listed
+            elif found is not None and listed == then:
+                found = entry  # the same table, committed earlier: name the commit that committed it
+            elif found is not None:
+                break
+        if found is not None:
+            commit, date, subject = found.split("\t", 2)
+            into.mkdir(parents=True, exist_ok=True)
+            for name, blob in then.items():
+                (into / name).write_bytes(subprocess.run(["git", "cat-file", "blob", blob], cwd=top,
+                                                         capture_output=True, check=True).stdout)
+            return CommittedTable(commit, date, subject, into)
     except FileNotFoundError:
         return "git is not installed"
     except subprocess.CalledProcessError as exc:
