@@ -27,7 +27,12 @@ TRANSIENT = (500, 502, 503, 504)
 
 
 class GitHubError(Exception):
-    """A request the API refused or could not answer; the message is one line."""
+    """A request the API refused or could not answer; the message is one line, `status` the HTTP
+    status the API answered (None: no answer)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -62,14 +67,14 @@ class GitHub:
             except urllib.error.HTTPError as error:
                 if not follow and error.code in (301, 302, 303, 307, 308):
                     return error  # the caller follows it, without the token
-                failure = GitHubError(_describe(url, error, method))
+                failure = GitHubError(_describe(url, error, method), error.code)
                 if error.code not in TRANSIENT:
                     raise failure from None
             except (urllib.error.URLError, OSError) as error:
                 failure = GitHubError(f"{method} {url}: {getattr(error, 'reason', error)}")
             if attempt < ATTEMPTS:
                 time.sleep(RETRY_WAIT * 2 ** (attempt - 1))
-        raise GitHubError(f"{failure} (tried {ATTEMPTS} times)")
+        raise GitHubError(f"{failure} (tried {ATTEMPTS} times)", failure.status)
 
     def send(self, method: str, path: str, body: dict) -> dict:
         """A POST or PATCH of `body` (JSON); the API's answer."""

@@ -37,10 +37,15 @@ def git(root: pathlib.Path, *args: str, check: bool = True) -> subprocess.Comple
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, errors="replace", check=check)
 
 
+def merge_base(base: str, root: pathlib.Path) -> str:
+    """Where the pull request left `base`: what it is compared with."""
+    return git(root, "merge-base", base, "HEAD").stdout.strip()
+
+
 def changed_paths(base: str, root: pathlib.Path = paths.ROOT) -> list[str]:
     """The files the pull request changes since its merge base with `base`, less the Python files whose
     code is the same (a comment or a docstring): the reuse key and the table's staleness ignore those too."""
-    since = git(root, "merge-base", base, "HEAD").stdout.strip()
+    since = merge_base(base, root)
 
     def at_base(path: str) -> str | None:
         shown = git(root, "show", f"{since}:{path}", check=False)
@@ -76,16 +81,14 @@ def table_path(session: str) -> str:
 
 
 def base_has_table(base: str, session: str, root: pathlib.Path = paths.ROOT) -> bool:
-    since = git(root, "merge-base", base, "HEAD").stdout.strip()
-    return git(root, "cat-file", "-e", f"{since}:{table_path(session)}", check=False).returncode == 0
+    return git(root, "cat-file", "-e", f"{merge_base(base, root)}:{table_path(session)}", check=False).returncode == 0
 
 
 def write_table(base: str, session: str, out: pathlib.Path, root: pathlib.Path = paths.ROOT) -> str:
     """The table `session` is held to, written into `out`: the base branch's (`base`); where the base
     has none (the pull request adds the row), the pull request's own committed one (`head`); else
     `none`, and the run is held to its own outcomes (the report's --expect) only."""
-    since = git(root, "merge-base", base, "HEAD").stdout.strip()
-    for source, commit in (("base", since), ("head", "HEAD")):
+    for source, commit in (("base", merge_base(base, root)), ("head", "HEAD")):
         shown = git(root, "show", f"{commit}:{table_path(session)}", check=False)
         if shown.returncode == 0:
             out.mkdir(parents=True, exist_ok=True)

@@ -70,7 +70,7 @@ def track(api: GitHub, status: int, regressions: int, section: str, run: str) ->
             api.send("POST", f"repos/{api.repo}/labels", {"name": LABEL, "color": "B60205",
                                                           "description": "Found by the nightly matrix"})
         except GitHubError as error:
-            if " 422 " not in f" {error} ":  # it exists already
+            if error.status != 422:  # 422: the label exists already
                 raise
         made = api.send("POST", where, {"title": TITLE, "body": body(section, run, 1), "labels": [LABEL]})
         return f"red: opened #{made['number']}"

@@ -73,6 +73,8 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
         "previous": against.compare(sessions, night_before) if night_before is not None else None,
         "previous_unavailable": previous_unavailable,
         "previous_source": previous_source if isinstance(previous_source, (str, type(None))) else previous_source.as_dict(),
+        # what the comparison is named by, once for every rendering
+        "previous_label": "the previous run" if isinstance(previous_source, (str, type(None))) else previous_source.label(),
         "expected": list(expect),
     }
     data["stale"] = [row.as_dict() for directory in directories for row in staleness.stale_rows(pathlib.Path(directory),
