@@ -118,7 +118,12 @@ def main(argv=None) -> int:
             print("usage: pr_table.py families BASE_REF [SESSION] | table BASE_REF SESSION DIR | build TABLE.jsonl",
                   file=sys.stderr)
             return 2
-    except (records.ResultsError, subprocess.CalledProcessError) as error:
+    except subprocess.CalledProcessError as error:  # what git said, not the exception's repr
+        said = (error.stderr or "").strip().splitlines()
+        print(f"error: {' '.join(error.cmd)}: {said[-1] if said else f'exit status {error.returncode}'}",
+              file=sys.stderr)
+        return 2
+    except records.ResultsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
