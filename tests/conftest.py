@@ -47,3 +47,24 @@ def run_nox(project: pathlib.Path, *args, results=None, env=None, timeout=3600):
     return subprocess.run([sys.executable, "-m", "nox", "-f", str(project / "noxfile.py"), "--envdir",
                            str(ROOT / ".nox"), *args], cwd=project, capture_output=True, text=True,
                           timeout=timeout, env=environ)
+
+
+@pytest.fixture
+def nested_compile_caches(tmp_path, tmp_path_factory, monkeypatch):
+    """The compile caches of the sessions a test runs (harness.plugin.compilecaches), under its own
+    tmp_path: each case of the test compiles into a directory of its own, empty when the test starts.
+    Only the worker's warm-up (harness.plugin.warmup: the same small compile in every run, 8-10 s cold
+    on this machine, paid by dozens of nested sessions) is served warm: from what the first such test
+    of this pytest process left, as a re-run of a real session is served it from its venv."""
+    root = tmp_path / "compile-caches"
+    template = tmp_path_factory.getbasetemp() / "warm-up-compile-caches"  # a folder per worker name
+    if template.is_dir():
+        shutil.copytree(template, root / "warm-up", symlinks=True)
+    monkeypatch.setenv("HARNESS_COMPILE_CACHES", str(root))
+    yield root
+    for warmed in (root / "warm-up").glob("*"):
+        if not (template / warmed.name).exists():
+            template.mkdir(exist_ok=True)
+            staged = template / f".{warmed.name}.{os.getpid()}"
+            shutil.copytree(warmed, staged, symlinks=True)
+            staged.rename(template / warmed.name)

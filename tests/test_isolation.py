@@ -7,6 +7,8 @@ the sessions broken. The last test plants faults in a real family and runs `nox 
 
 import ast
 import json
+import os
+import subprocess
 import sys
 import time
 
@@ -56,7 +58,7 @@ def run_session_command(pytester, path, *args, session=SESSION):
 
 
 @pytest.fixture
-def session_env(monkeypatch):
+def session_env(monkeypatch, nested_compile_caches):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("HARNESS_SESSION", SESSION.name)
     monkeypatch.delenv("HARNESS_WORKERS", raising=False)
@@ -76,18 +78,35 @@ def by_variant(cases) -> dict:
     return {r["params"]["variant"]: r for r in cases}
 
 
+@pytest.fixture(scope="module")
+def every_kind_of_fault(tmp_path_factory):
+    """One session on a file that holds each kind of fault between two plain cases (one session run
+    for all kinds: a run's start-up, about 15 s, is paid once), its records by variant."""
+    folder = tmp_path_factory.mktemp("every-kind-of-fault")
+    path = folder / "test_planted.py"
+    path.write_text(PLANTED_HEADER + "\n\n".join(
+        text for kind in sorted(FAULTS)
+        for text in (ok_case(f"before_{kind}"), fault_case(f"fault_{kind}", kind), ok_case(f"after_{kind}"))))
+    command = sessions.pytest_args(SESSION, [str(path), *LIMITS, f"--results-dir={folder / 'results'}"])
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_WORKERS"}
+    env.update(PYTHONPATH=str(ROOT), HARNESS_SESSION=SESSION.name,
+               HARNESS_COMPILE_CACHES=str(folder / "compile-caches"))
+    done = subprocess.run([sys.executable, *command], cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    return by_variant(case_records(folder / "results" / f"{SESSION.name}.jsonl"))
+
+
+@pytest.mark.xdist_group("every-kind-of-fault")  # one worker runs the module's one session
 @pytest.mark.parametrize("kind", sorted(FAULTS))
-def test_each_kind_of_fault_costs_its_case_alone(pytester, session_env, kind):
-    path = pytester.makepyfile(test_planted=PLANTED_HEADER + "\n\n".join([
-        ok_case("before"), fault_case("fault", kind), ok_case("after")]))
-    result, results_file, _ = run_session_command(pytester, path, *LIMITS)
-    assert result.ret == 1, result.stdout.str()[-3000:]
-    cases = by_variant(case_records(results_file))
+def test_each_kind_of_fault_costs_its_case_alone(every_kind_of_fault, kind):
+    cases = every_kind_of_fault
     _, outcome, message = FAULTS[kind]
-    assert {n: r["outcome"] for n, r in cases.items()} == {"before": "pass", "fault": outcome, "after": "pass"}
-    assert cases["fault"]["message"].startswith(message), cases["fault"]
+    assert {n: cases[n]["outcome"] for n in (f"before_{kind}", f"fault_{kind}", f"after_{kind}")} == {
+        f"before_{kind}": "pass", f"fault_{kind}": outcome, f"after_{kind}": "pass"}
+    fault = cases[f"fault_{kind}"]
+    assert fault["message"].startswith(message), fault
     if outcome == "timeout":
-        assert "test_planted.py:" in cases["fault"]["message"]
+        assert "test_planted.py:" in fault["message"]
 
 
 def test_faults_first_in_the_middle_twice_in_a_row_and_last(pytester, session_env):
@@ -212,6 +231,10 @@ def test_already_imported(case):
 # --- a real family, through nox ------------------------------------------------------------------
 
 FAMILY = "cases/test_checkpoint.py"
+# The family's cases on the eager and aot_eager backends, its planted faults among them: inductor's cases
+# (a cold C++ compile each) would double the test's time, and every plain case of the tests above runs
+# inductor in a forked child already.
+NOT_INDUCTOR = ["-k", "not inductor"]
 # (position, fault kind): first, middle, two in a row, in a fixture and in its teardown, last.
 PLANTS = [("first", "segfault"), ("middle", "python_loop"), ("middle", "abort"), ("middle", "exit"),
           ("middle", "native_sleep"), ("middle", "fixture"), ("middle", "teardown"), ("last", "sigkill"),
@@ -257,12 +280,12 @@ def nox_session(project, name, results, *args):
 def test_planted_faults_in_a_real_family_through_nox(tmp_path, name):
     spec = matrix.find(name)
     clean = copy_project(tmp_path / "clean")
-    done, _ = nox_session(clean, name, tmp_path / "clean-results", FAMILY)
+    done, _ = nox_session(clean, name, tmp_path / "clean-results", FAMILY, *NOT_INDUCTOR)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     clean_cases = case_records(tmp_path / "clean-results" / f"{name}.jsonl")
     planted = copy_project(tmp_path / "planted")
     (planted / FAMILY).write_text(plant_faults((ROOT / FAMILY).read_text()))
-    done, seconds = nox_session(planted, name, tmp_path / "planted-results", FAMILY, "--timeout=20",
+    done, seconds = nox_session(planted, name, tmp_path / "planted-results", FAMILY, *NOT_INDUCTOR, "--timeout=20",
                                 "--memory-limit=4G")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     planted_cases = case_records(tmp_path / "planted-results" / f"{name}.jsonl")

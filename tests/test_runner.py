@@ -39,7 +39,7 @@ def read_cases(path):
 
 
 @pytest.fixture
-def subprocess_env(pytester, monkeypatch, tmp_path):
+def subprocess_env(pytester, monkeypatch, tmp_path, nested_compile_caches):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("FLIP_MARKER", str(tmp_path / "flip"))
     monkeypatch.delenv("HARNESS_RERUNS", raising=False)
