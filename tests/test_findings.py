@@ -34,8 +34,9 @@ def test_each_readme_finding_is_on_exactly_one_card_of_the_committed_table():
     for card in data["failing"]:
         if card["finding"]:
             assert card["status"] == "new", card["number"]  # a catalogued finding is one nobody reported
-            for key in ("script", "issue"):
-                assert (paths.ROOT / card["finding"][key]).is_file(), card["finding"][key]
+            for key in ("script", "issue", "fix", "regression_test"):
+                if key in ("script", "issue") or card["finding"]["fix"]:
+                    assert (paths.ROOT / card["finding"][key]).is_file(), card["finding"][key]
             assert card["finding"]["search_link"].startswith("https://github.com/pytorch/pytorch/issues?q=")
 
 
@@ -60,3 +61,28 @@ def test_a_broken_catalogue_is_one_clear_error(tmp_path):
     catalogue.write_text('[[finding]]\nnumber = 1\ntitle = "x"\n')
     with pytest.raises(ReportError, match=r"findings.toml: not a findings catalogue: 'cases'"):
         findings.load(catalogue)
+
+
+def test_a_proposed_fix_applies_to_the_torch_it_names_and_its_card_links_it():
+    # The diffs are written against the newest row's torch, which the tests venv holds: each still
+    # applies there (fixes/check.py runs the script and the test before and after; docs/findings.md).
+    import pathlib
+    import shutil
+    import subprocess
+
+    import torch
+
+    fixes = sorted((paths.ROOT / "results" / "reductions" / "fixes").glob("*.diff"))
+    assert fixes
+    site = pathlib.Path(torch.__file__).parent.parent
+    for diff in fixes:
+        assert (diff.parent / f"test_{diff.stem}.py").is_file() and (diff.parent.parent / f"{diff.stem}.py").is_file()
+        if shutil.which("patch"):
+            done = subprocess.run(["patch", "-p1", "--dry-run", "--forward", "-i", str(diff)], cwd=site,
+                                  capture_output=True, text=True)
+            assert done.returncode == 0, (diff.name, torch.__version__, done.stdout, done.stderr)
+    data = render.build([paths.ROOT / "results"])
+    linked = {card["finding"]["fix"] for card in data["failing"] if card["finding"] and card["finding"]["fix"]}
+    assert linked == {f"results/reductions/fixes/{d.name}" for d in fixes}
+    for page in (render.render_markdown(data), render.render_html(data)):
+        assert all(f"fixes/{d.name}" in page and f"fixes/test_{d.stem}.py" in page for d in fixes)

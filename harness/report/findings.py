@@ -23,6 +23,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 REDUCTIONS = paths.ROOT / "results" / "reductions"
+FIXES = REDUCTIONS / "fixes"
 CATALOGUE = REDUCTIONS / "findings.toml"
 TRACKER = "https://github.com/pytorch/pytorch/issues"
 
@@ -35,6 +36,7 @@ class Finding:
     signature: re.Pattern
     script: str  # a file of results/reductions; its issue text is the .md beside it
     search: str  # the words searched upstream
+    cause: str | None = None  # the root cause in torch's source, where it was found (docs/findings.md shows how)
 
     def holds(self, card: dict) -> bool:
         return bool(self.signature.search(card["signature"])) and any(
@@ -42,10 +44,16 @@ class Finding:
 
     def as_dict(self) -> dict:
         issue = pathlib.Path(self.script).with_suffix(".md").name
+        stem = pathlib.Path(self.script).stem
+        has_fix = (FIXES / f"{stem}.diff").is_file()
         return {"number": self.number, "title": self.title,
                 "script": f"results/reductions/{self.script}", "issue": f"results/reductions/{issue}",
                 "swept": swept(REDUCTIONS / issue), "search": self.search,
-                "search_link": f"{TRACKER}?{urllib.parse.urlencode({'q': 'is:issue ' + self.search})}"}
+                "search_link": f"{TRACKER}?{urllib.parse.urlencode({'q': 'is:issue ' + self.search})}",
+                "cause": self.cause,
+                # a proposed fix and the test that guards it (fixes/check.py checks both against a torch)
+                "fix": f"results/reductions/fixes/{stem}.diff" if has_fix else None,
+                "regression_test": f"results/reductions/fixes/test_{stem}.py" if has_fix else None}
 
 
 def swept(issue: pathlib.Path) -> str | None:
@@ -66,7 +74,8 @@ def load(path: pathlib.Path = CATALOGUE) -> list[Finding]:
     try:
         table = tomllib.loads(path.read_text())
         return [Finding(int(f["number"]), str(f["title"]), tuple(f["cases"]), re.compile(f["signature"]),
-                        str(f["script"]), str(f["search"])) for f in table.get("finding", [])]
+                        str(f["script"]), str(f["search"]), str(f["cause"]) if "cause" in f else None)
+                for f in table.get("finding", [])]
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, re.error) as exc:
         raise ReportError(f"{path}: not a findings catalogue: {exc}") from None
 
