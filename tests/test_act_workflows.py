@@ -18,8 +18,11 @@ pytestmark = [pytest.mark.slow,
 
 NEWEST = matrix.main_session().name
 TABLE = (ROOT / "results" / f"{NEWEST}.jsonl").read_text(encoding="utf-8")
-FAMILY = "cases/test_checkpoint.py"
-NARROW = {"NIGHTLY_TAG": "latest", "NIGHTLY_CASES": FAMILY}
+# The smallest family (three CPU cells on the newest row, all passing) where any family would do; the
+# checkpoint family where the check needs its known-bug cells.
+SMALL_FAMILY = "cases/test_recompile.py"
+KNOWN_FAMILY = "cases/test_checkpoint.py"
+NARROW = {"NIGHTLY_TAG": "latest", "NIGHTLY_CASES": SMALL_FAMILY}
 # The night before: a scheduled run of main with this row's results; a dispatched run after it never counts.
 RUNS = [{"id": 710, "event": "workflow_dispatch", "head_branch": "main",
          "artifacts": {f"results-{NEWEST}": {f"{NEWEST}.jsonl": "not the baseline"}}},
@@ -62,7 +65,7 @@ def test_the_scheduled_nightly_reaches_its_report(tmp_path, toolcache):
     results = run.artifact(f"results-{NEWEST}", tmp_path / "results")
     records = [json.loads(line) for line in (results / f"{NEWEST}.jsonl").read_text().splitlines()]
     cases = [r for r in records if r["kind"] == "case"]
-    assert cases and {r["family"] for r in cases} == {"checkpoint"}  # narrowed by the repository variable
+    assert cases and {r["family"] for r in cases} == {"recompile"}  # narrowed by the repository variable
     assert any(r["outcome"] not in ("skip",) and not r.get("reused") for r in cases), "nothing really ran"
 
     report = json.loads((run.artifact("report", tmp_path / "report") / "report.json").read_text())
@@ -118,24 +121,26 @@ def table_signal(tmp_path, toolcache, edits):
 
 
 def test_a_pass_turned_to_fail_turns_the_pull_request_red_on_the_cases_line(tmp_path, toolcache):
-    text = (ROOT / FAMILY).read_text()
-    run, report, _ = table_signal(tmp_path, toolcache, {FAMILY: planted_failure(text, "test_sac_policy")})
+    text = (ROOT / SMALL_FAMILY).read_text()
+    run, report, _ = table_signal(tmp_path, toolcache,
+                                  {SMALL_FAMILY: planted_failure(text, "test_property_recompile_op")})
     assert run.job_results().get("The table, for the changed families") == "failed", run.log[-5000:]
     assert run.returncode != 0
     worse = [r for r in report["baseline"]["rows"] if r["worse"]]
-    assert worse and {caseid.parse(r["case"]).variant for r in worse} == {"sac_policy"}
+    assert worse and {caseid.parse(r["case"]).variant for r in worse} == {"property_recompile_op"}
     assert all(r["baseline"] == "pass" and r["now"] == "fail" for r in worse)
-    planted = planted_failure(text, "test_sac_policy").splitlines()
+    planted = planted_failure(text, "test_property_recompile_op").splitlines()
     where = worse[0]["location"]
     # the case's first line as pytest reports it (its decorators, then its def)
-    assert where["file"] == FAMILY and "def test_sac_policy" in "\n".join(planted[where["line"] - 1:where["line"] + 5])
-    assert f"file={FAMILY},line={where['line']},title=regressed against the baseline::" in run.log  # the annotation
+    assert where["file"] == SMALL_FAMILY and "def test_property_recompile_op" in "\n".join(
+        planted[where["line"] - 1:where["line"] + 5])
+    assert f"file={SMALL_FAMILY},line={where['line']},title=regressed against the baseline::" in run.log  # the annotation
 
 
 def test_known_bug_cells_leave_the_pull_request_green(tmp_path, toolcache):
     # A line of code (a comment alone runs nothing): the family runs again, and no outcome changes.
-    text = (ROOT / FAMILY).read_text() + "\nA_LINE_OF_CODE = True\n"
-    run, report, signal = table_signal(tmp_path, toolcache, {FAMILY: text})
+    text = (ROOT / KNOWN_FAMILY).read_text() + "\nA_LINE_OF_CODE = True\n"
+    run, report, signal = table_signal(tmp_path, toolcache, {KNOWN_FAMILY: text})
     records = [json.loads(line) for line in (signal / "pr-results" / f"{NEWEST}.jsonl").read_text().splitlines()]
     known = [r for r in records if r.get("kind") == "case" and r["outcome"] == "known"]
     assert known, "the family has known-bug cells on the newest row"  # TE#890's, in the committed table too

@@ -119,9 +119,9 @@ def test_the_planted_file_through_nox_leaves_honest_bounded_records_and_a_clean_
     shutil.copy2(PLANTED, project / "tests" / "planted" / PLANTED.name)
     for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
         subprocess.run(["git", *command], cwd=project, check=True)
-    results = tmp_path / "results"
+    results, basetemp = tmp_path / "results", tmp_path / "basetemp"  # its worker logs kept for the message below
     done = run_nox(project, "-s", SESSION.name, "--", f"tests/planted/{PLANTED.name}", "--timeout", "60",
-                   results=results)
+                   f"--basetemp={basetemp}", results=results)
     assert done.returncode == 1, done.stderr[-3000:]  # the planted failures fail the session
     path = paths.results_path(SESSION.name, results)
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -134,7 +134,10 @@ def test_the_planted_file_through_nox_leaves_honest_bounded_records_and_a_clean_
               "writes_into_its_working_directory": "pass", "after_writing": "pass"}
     differing = {n: (r["outcome"], r.get("message"), r.get("attempts")) for n, r in cases.items()
                  if wanted.get(n) != r["outcome"]}
-    assert set(cases) == set(wanted) and not differing, differing  # with each attempt's message: why
+    # why: each attempt's message, and the lines of the worker logs that say error (a compiler's own)
+    said = [line[:300] for log in basetemp.glob("harness-*-logs*/*") if log.is_file()
+            for line in log.read_text(errors="replace").splitlines() if "error" in line.lower()][:40]
+    assert set(cases) == set(wanted) and not differing, (differing, said)
     assert cases["not_utf8_then_fails"]["exc_type"] == "builtins.AssertionError"
     status = subprocess.run(["git", "status", "--porcelain", "--ignored=no"], cwd=project, capture_output=True,
                             text=True, check=True).stdout

@@ -78,7 +78,7 @@ def by_variant(cases) -> dict:
     return {r["params"]["variant"]: r for r in cases}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not "module": a worker may run other modules' tests between these
 def every_kind_of_fault(tmp_path_factory):
     """One session on a file that holds each kind of fault between two plain cases (one session run
     for all kinds: a run's start-up, about 15 s, is paid once), its records by variant."""
