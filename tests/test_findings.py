@@ -78,7 +78,7 @@ def test_a_proposed_fix_applies_to_the_torch_it_names_and_its_card_links_it():
     for diff in fixes:
         assert (diff.parent / f"test_{diff.stem}.py").is_file() and (diff.parent.parent / f"{diff.stem}.py").is_file()
         if shutil.which("patch"):
-            done = subprocess.run(["patch", "-p1", "--dry-run", "--forward", "-i", str(diff)], cwd=site,
+            done = subprocess.run(["patch", "-p1", "--dry-run", "--forward", "--fuzz=0", "-i", str(diff)], cwd=site,
                                   capture_output=True, text=True)
             assert done.returncode == 0, (diff.name, torch.__version__, done.stdout, done.stderr)
     data = render.build([paths.ROOT / "results"])

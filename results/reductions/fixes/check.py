@@ -35,7 +35,8 @@ def torch_folder(python: str) -> tuple[pathlib.Path, str]:
     done = subprocess.run([python, "-c", "import os, torch; print(os.path.dirname(torch.__file__)); print(torch.__version__)"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
     if done.returncode != 0:
-        sys.exit(f"error: {python} cannot import torch: {done.stderr.strip().splitlines()[-1:]}")
+        said = done.stderr.strip().splitlines()
+        sys.exit(f"error: {python} cannot import torch: {said[-1] if said else f'exit {done.returncode}'}")
     folder, version = done.stdout.split()[-2:]
     return pathlib.Path(folder), version
 
@@ -44,7 +45,8 @@ def patched_copy(torch_dir: pathlib.Path, diff: pathlib.Path, into: pathlib.Path
     """`torch_dir` as hard links under `into`/torch with `diff` applied; the files the diff changed."""
     shutil.copytree(torch_dir, into / "torch", copy_function=os.link, symlinks=True)
     changed = re.findall(r"^\+\+\+ b/(\S+)", diff.read_text(encoding="utf-8"), flags=re.MULTILINE)
-    done = subprocess.run(["patch", "-p1", "--forward", "--no-backup-if-mismatch", "-i", str(diff)], cwd=into,
+    # --fuzz=0: every line of context as the diff has it (a hunk may sit at other line numbers)
+    done = subprocess.run(["patch", "-p1", "--forward", "--fuzz=0", "--no-backup-if-mismatch", "-i", str(diff)], cwd=into,
                           capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"error: {diff.name} does not apply to the torch of {torch_dir}: {done.stdout.strip()} {done.stderr.strip()}")
