@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from harness.core.paths import ROOT
+from harness.core.sessions import COMPILE_CACHES_ENV
 
 try:
     import torch
@@ -60,7 +61,7 @@ def nested_compile_caches(tmp_path, tmp_path_factory, monkeypatch):
     template = tmp_path_factory.getbasetemp() / "warm-up-compile-caches"  # a folder per worker name
     if template.is_dir():
         shutil.copytree(template, root / "warm-up", symlinks=True)
-    monkeypatch.setenv("HARNESS_COMPILE_CACHES", str(root))
+    monkeypatch.setenv(COMPILE_CACHES_ENV, str(root))
     yield root
     for warmed in (root / "warm-up").glob("*"):
         if not (template / warmed.name).exists():

@@ -89,8 +89,8 @@ def every_kind_of_fault(tmp_path_factory):
         for text in (ok_case(f"before_{kind}"), fault_case(f"fault_{kind}", kind), ok_case(f"after_{kind}"))))
     command = sessions.pytest_args(SESSION, [str(path), *LIMITS, f"--results-dir={folder / 'results'}"])
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_WORKERS"}
-    env.update(PYTHONPATH=str(ROOT), HARNESS_SESSION=SESSION.name,
-               HARNESS_COMPILE_CACHES=str(folder / "compile-caches"))
+    env.update({"PYTHONPATH": str(ROOT), sessions.SESSION_ENV: SESSION.name,
+                sessions.COMPILE_CACHES_ENV: str(folder / "compile-caches")})
     done = subprocess.run([sys.executable, *command], cwd=folder, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     return by_variant(case_records(folder / "results" / f"{SESSION.name}.jsonl"))
