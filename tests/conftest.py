@@ -9,6 +9,14 @@ import pytest
 from harness.core.paths import ROOT
 from harness.core.sessions import COMPILE_CACHES_ENV
 
+# Python keeps compiled bytecode beside a module unless told not to, and some machines tell it not to
+# (PYTHONDONTWRITEBYTECODE). Then every process the suite starts (nested sessions and their workers,
+# scripts, bisect's interpreters: hundreds) compiles torch's thousands of modules from source again,
+# 10-20 s of CPU each. The suite's processes write bytecode and read it back; nothing they run or
+# measure differs but the time.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 try:
     import torch
 except ImportError:  # the README's tools venv: the tests that need no torch (the workflows under act) still run
