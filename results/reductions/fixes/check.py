@@ -67,7 +67,9 @@ def pytest_outcomes(output: str) -> dict[str, str]:
     """test id -> PASSED/FAILED/ERROR/SKIPPED/XFAIL/XPASS, from pytest's -rA summary lines."""
     found = {}
     for line in output.splitlines():
-        match = re.match(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)", line)
+        # a skip is summarised as `SKIPPED [count] location: reason`, by where it was skipped
+        match = re.match(r"^(SKIPPED) \[\d+\] (.+)$", line) or \
+            re.match(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS) (\S+)", line)
         if match:
             found[match[2]] = match[1]
     return found
