@@ -49,6 +49,17 @@ def stale(args) -> int:
     return 1 if args.check and found else 0
 
 
+def findings(args) -> int:
+    """Each finding's issue text with its root cause, proposed fix and upstream search from the
+    catalogue: 0 when all were up to date (or are now); with --check, 1 when one differs, writing none."""
+    from harness.report import finding_issue, findings as catalogue
+
+    differed = finding_issue.write_issues(catalogue.load(), check=args.check)
+    for path in differed:
+        print(f"{'differs' if args.check else 'wrote'}: {path.relative_to(paths.ROOT)}")
+    return 1 if args.check and differed else 0
+
+
 def report(args) -> int:
     """Write the report; its exit status is the nightly's: 1 for each reason printed (an expected
     session without a complete results file; a regression or a new failing case against the
@@ -177,6 +188,10 @@ def parser() -> argparse.ArgumentParser:
     stl.add_argument("--results", metavar="DIR", help="the table (default: the results dir)")
     stl.add_argument("--check", action="store_true", help="exit 1 when a row is stale")
     stl.set_defaults(func=stale)
+    fnd = commands.add_parser("findings", help="write each finding's issue text (results/reductions/*.md) with its "
+                              "root cause, proposed fix and upstream search from findings.toml and fixes/")
+    fnd.add_argument("--check", action="store_true", help="write nothing; exit 1 when an issue text differs")
+    fnd.set_defaults(func=findings)
     rep = commands.add_parser("report", help="merge results files into REPORT.md, report.html, report.json")
     rep.add_argument("dirs", nargs="*", metavar="DIR", help="directories of *.jsonl results (default: results)")
     rep.add_argument("--baseline", nargs="+", metavar="DIR", help="results of an earlier run to compare with")

@@ -3,11 +3,14 @@ on exactly one card of the committed table, with its reduced script, issue text 
 a finding whose failure changed shape is said, never left on a card it no longer describes."""
 
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 
 from harness.core import paths
-from harness.report import findings, render
+from harness.report import finding_issue, findings, render
 from harness.report.results import ReportError
 from tests.test_report import write_session
 
@@ -86,3 +89,42 @@ def test_a_proposed_fix_applies_to_the_torch_it_names_and_its_card_links_it():
     assert linked == {f"results/reductions/fixes/{d.name}" for d in fixes}
     for page in (render.render_markdown(data), render.render_html(data)):
         assert all(f"fixes/{d.name}" in page and f"fixes/test_{d.stem}.py" in page for d in fixes)
+
+
+def findings_command(project, *args):
+    """`python -m harness findings ARGS` as users run it, in `project` (a checkout)."""
+    return subprocess.run([sys.executable, "-m", "harness", "findings", *args], cwd=project, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_each_issue_text_carries_its_root_cause_fix_and_upstream_search_from_the_catalogue(tmp_path):
+    # The committed issue texts are what the catalogue and fixes/ say now.
+    done = findings_command(paths.ROOT, "--check")
+    assert done.returncode == 0, done.stdout + done.stderr
+    from tests.conftest import copy_project
+
+    project = copy_project(tmp_path / "project")
+    shutil.copytree(paths.ROOT / "results" / "reductions", project / "results" / "reductions")
+    catalogue = project / "results" / "reductions" / "findings.toml"
+    catalogue.write_text(catalogue.read_text().replace(
+        "InvokeSubgraph.create: the device of the region's output layout", "InvokeSubgraph.create: THE DEVICE"))
+    issue = project / "results" / "reductions" / "found_region_factory_called_twice_inductor.md"
+    before = issue.read_text()
+    done = findings_command(project, "--check")
+    assert (done.returncode, done.stdout) == (1, f"differs: {issue.relative_to(project)}\n"), done.stderr
+    assert issue.read_text() == before  # --check writes nothing
+    assert findings_command(project).returncode == 0
+    text = issue.read_text()
+    assert findings_command(project, "--check").returncode == 0  # written once, the same thereafter
+    # one part, between the bug and its Versions: the cause as the catalogue says it, the diff whole,
+    # the regression test, the queries and the related threads
+    part = text[text.index(finding_issue.START):text.index(finding_issue.END)]
+    assert text.index(finding_issue.END) < text.index("### Versions") and text.count(finding_issue.START) == 1
+    assert "InvokeSubgraph.create: THE DEVICE" in part and "THE DEVICE" not in before
+    fixes = project / "results" / "reductions" / "fixes"
+    assert (fixes / "found_region_factory_called_twice_inductor.diff").read_text().strip() in part
+    assert "class RegionWithoutTensorInputTests" in part and "### Searched upstream" in part
+    # a finding without its issue text: one line, exit 2, the others' files left as they were
+    issue.unlink()
+    done = findings_command(project)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "issue text is missing" in done.stderr, done.stderr

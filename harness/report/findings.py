@@ -37,15 +37,29 @@ class Finding:
     script: str  # a file of results/reductions; its issue text is the .md beside it
     search: str  # the words searched upstream
     cause: str | None = None  # the root cause in torch's source, where it was found (docs/findings.md shows how)
+    searched: tuple[str, ...] = ()  # the queries run on the upstream tracker
+    related: tuple[str, ...] = ()  # upstream threads near it, each with what it is
+
+    @property
+    def stem(self) -> str:
+        return pathlib.Path(self.script).stem
+
+    @property
+    def issue_path(self) -> pathlib.Path:
+        return REDUCTIONS / pathlib.Path(self.script).with_suffix(".md").name
+
+    @property
+    def fix_path(self) -> pathlib.Path | None:
+        """The proposed fix (fixes/SCRIPT.diff, its regression test fixes/test_SCRIPT.py), where there is one."""
+        path = FIXES / f"{self.stem}.diff"
+        return path if path.is_file() else None
 
     def holds(self, card: dict) -> bool:
         return bool(self.signature.search(card["signature"])) and any(
             c["case"].startswith(self.cases) for c in card["cases"])
 
     def as_dict(self) -> dict:
-        issue = pathlib.Path(self.script).with_suffix(".md").name
-        stem = pathlib.Path(self.script).stem
-        has_fix = (FIXES / f"{stem}.diff").is_file()
+        issue, stem, has_fix = self.issue_path.name, self.stem, self.fix_path is not None
         return {"number": self.number, "title": self.title,
                 "script": f"results/reductions/{self.script}", "issue": f"results/reductions/{issue}",
                 "swept": swept(REDUCTIONS / issue), "search": self.search,
@@ -74,7 +88,8 @@ def load(path: pathlib.Path = CATALOGUE) -> list[Finding]:
     try:
         table = tomllib.loads(path.read_text())
         return [Finding(int(f["number"]), str(f["title"]), tuple(f["cases"]), re.compile(f["signature"]),
-                        str(f["script"]), str(f["search"]), str(f["cause"]) if "cause" in f else None)
+                        str(f["script"]), str(f["search"]), str(f["cause"]) if "cause" in f else None,
+                        tuple(map(str, f.get("searched", ()))), tuple(map(str, f.get("related", ()))))
                 for f in table.get("finding", [])]
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, re.error) as exc:
         raise ReportError(f"{path}: not a findings catalogue: {exc}") from None
