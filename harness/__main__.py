@@ -260,8 +260,10 @@ def parser() -> argparse.ArgumentParser:
     red.add_argument("--passing", metavar="SESSION", help="a session where it must pass (default: for a case, a row "
                      "where the matrix records a pass or fixed, a built one first, else the nearest)")
     red.add_argument("--out", metavar="PATH", help="the reduced script (default results/reduce/reduced_<case>.py)")
-    red.add_argument("--time-limit", type=float, default=600.0, help="seconds of reduction; then the smallest so far "
-                     "(default 600)")
+    red.add_argument("--max-runs", type=int, default=800, help="candidate runs the reduction may make, then the "
+                     "smallest so far (default 800): work, so a loaded machine gives the same script as a quiet one")
+    red.add_argument("--time-limit", type=float, help="seconds of reduction besides (default: none); a script "
+                     "stopped by it says so in its header")
     add_script_timeout(red)
     add_no_build(red)
     add_envdir(red)

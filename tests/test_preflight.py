@@ -41,6 +41,8 @@ def test_an_unknown_case_id_builds_nothing(tmp_path, command):
     (["bisect", "--script", "noxfile.py", "--env", "two=python3"], "error: not a version: 'two'"),
     (["bisect", "checkpoint/plain_checkpoint[cpu-eager-fullgraph]", "--from", "2.20"], "error: no cpu row"),
     (["reduce", "--script", "noxfile.py", "--session", "cpu_torch99"], "error: unknown session 'cpu_torch99'"),
+    (["reduce", "--script", "noxfile.py", "--session", "cpu_torch215", "--max-runs", "0"],
+     "error: --max-runs must be a positive number of runs"),
     (["repro", "checkpoint/plain_checkpoint[cpu-eager-fullgraph]", "--session", "cpu_torch99"],
      "error: unknown session 'cpu_torch99'"),
 ])

@@ -134,6 +134,28 @@ def test_candidate_runs_are_cached_and_the_time_limit_keeps_the_best():
         test(SEMANTIC)
 
 
+def test_a_budget_of_runs_stops_the_reduction_where_it_would_on_any_machine():
+    # The budget is work (candidate runs), not time: two reductions with one budget give one script,
+    # however slow each run is, and one stopped by it says so.
+    def reduced_within(runs):
+        test = reduce.Interestingness(SIGNATURE, VersionRunner(15), VersionRunner(12), deadline=None, timeout=10,
+                                      out=sys.stdout, max_runs=runs)
+        return test, *reduce.minimize(SEMANTIC, test)
+
+    whole, reduced, finished = reduced_within(10_000)
+    assert finished and whole.stopped_by is None
+    needed = whole.runs
+    short, first, stopped = reduced_within(needed // 2)
+    assert not stopped and short.stopped_by == f"its budget of {needed // 2} runs"
+    assert short.runs <= needed // 2 + 2  # the last check (the tidied script) may go past it
+    assert reduced_within(needed // 2)[1] == first and reduce.line_count(first) >= reduce.line_count(reduced)
+    cached = reduce.Interestingness(SIGNATURE, VersionRunner(15), VersionRunner(12), deadline=None, timeout=10,
+                                    out=sys.stdout, max_runs=1)
+    assert cached(SEMANTIC) and cached(SEMANTIC)  # an answer it has costs no run
+    with pytest.raises(reduce.TimeUp, match="its budget of 1 runs"):
+        cached(SEMANTIC.replace("x = 6", "x = 7"))
+
+
 def test_a_recorded_failure_gives_the_signature():
     known = {"case": "c", "outcome": "known", "exc_type": "torch._dynamo.exc.InternalTorchDynamoError",
              "message": "NotImplementedError: checkpoint not implemented for <class 'x'> at 0x7f00", "reference": "o/r#1"}

@@ -31,7 +31,8 @@ RENAMED = "unique_name_"
 
 
 class TimeUp(Exception):
-    """The reduction's time limit was reached."""
+    """The reduction's budget is spent: its candidate runs (the work, the same on any machine) or its
+    time limit, as the message says."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,11 +112,13 @@ class Interestingness:
     """The test a candidate must pass, with its runs cached by the candidate's text. `passing`: the
     passing row's runner, or None for the differential check on the failing runner."""
 
-    def __init__(self, signature: Signature, failing, passing=None, *, deadline: float, timeout: float,
-                 start: str = "", out=sys.stderr):
-        """`start`: the starting script; what it has (a zero-size tensor, a `unique_name_N`) candidates may have."""
+    def __init__(self, signature: Signature, failing, passing=None, *, deadline: float | None, timeout: float,
+                 start: str = "", out=sys.stderr, max_runs: int | None = None):
+        """`start`: the starting script; what it has (a zero-size tensor, a `unique_name_N`) candidates may have.
+        `max_runs`: the candidate runs the reduction may make, the budget that makes its result the same on a
+        loaded machine as on a quiet one; `deadline` (time.monotonic()), a limit of time besides, or None."""
         self.signature, self.failing, self.passing = signature, failing, passing
-        self.deadline, self.timeout, self.out = deadline, timeout, out
+        self.deadline, self.timeout, self.out, self.max_runs = deadline, timeout, out, max_runs
         self.zero_size_allowed, self.renames_allowed = reduce_tensors.zero_size(start), RENAMED in start
         self.cache: dict[str, bool] = {}
         self.checks = self.runs = 0
@@ -155,11 +158,13 @@ class Interestingness:
 
     def __call__(self, source: str) -> bool:
         self.checks += 1
-        if time.monotonic() > self.deadline:  # cached answers too: a loop of them must end
-            raise TimeUp()
+        if self.deadline is not None and time.monotonic() > self.deadline:  # cached answers too: a loop must end
+            raise TimeUp(f"the time limit, after {self.runs} runs")
         key = hashlib.sha256(source.encode()).hexdigest()
         if key in self.cache:
             return self.cache[key]
+        if self.max_runs is not None and self.runs >= self.max_runs:
+            raise TimeUp(f"its budget of {self.max_runs} runs")
         refusal = self.refused(source)
         interesting = not refusal and self._interesting(source)
         self.cache[key] = interesting

@@ -12,8 +12,10 @@ nearest one, or, where no row passes, on the failing session with torch.compile 
 identity (the differential check).
 
 Candidates run forked from a warm process per venv (harness.tools.scriptrun.WarmRunner), each result
-cached by the candidate's text. Reduction stops at --time-limit keeping the smallest candidate
-found; the result is then run afresh (new processes) on both versions, or with and without
+cached by the candidate's text. Reduction stops when it has made --max-runs candidate runs (work,
+so that what a maintainer receives does not depend on what else the machine ran), or at --time-limit
+where one is given, keeping the smallest candidate found; a script stopped early says so in its
+header. The result is then run afresh (new processes) on both versions, or with and without
 torch.compile. `--script SCRIPT` reduces a user's script instead: its own failure on --session is the
 pattern, --passing names the session it must pass on (without it: the differential check).
 """
@@ -121,7 +123,7 @@ def minimize(source: str, test: Interestingness) -> tuple[str, bool]:
     tidied where the tidy version is interesting too."""
     import pysource_minimize
 
-    test.best = source
+    test.best, test.stopped_by = source, None
     result, finished, seen = source, True, set()
     try:
         # The rewrites first: inlined and materialised, the script has far less for the deletions to try.
@@ -130,12 +132,14 @@ def minimize(source: str, test: Interestingness) -> tuple[str, bool]:
             seen.add(result)
             result = reduce_passes.improve(pysource_minimize.minimize(result, test), test, passes(test))
         result = reduce_passes.improve(result, test, reduce_passes.FINAL_PASSES)
-    except TimeUp:
-        result, finished = test.best, False
+    except TimeUp as spent:
+        result, finished, test.stopped_by = test.best, False, str(spent)
     if not test.cache.get(hashlib.sha256(result.encode()).hexdigest()) or size(test.best) < size(result):
         result = test.best  # a rewrite that split a line and let nothing go is not kept
     tidied = tidy(result)
-    test.deadline = max(test.deadline, time.monotonic() + 120)  # one more check, past the limit if need be
+    # one more check, past the budget if need be
+    test.deadline = None if test.deadline is None else max(test.deadline, time.monotonic() + 120)
+    test.max_runs = None if test.max_runs is None else max(test.max_runs, test.runs + 2)
     return (tidied if tidied == result or test(tidied) else result), finished
 
 
@@ -173,6 +177,9 @@ def command(args) -> int:
     environment is built)."""
     if bool(args.case) == bool(args.script):
         raise BadInput("reduce takes a CASE_ID or --script SCRIPT (one of them)")
+    if args.max_runs < 1 or (args.time_limit is not None and args.time_limit <= 0):
+        raise BadInput(f"--max-runs must be a positive number of runs and --time-limit of seconds "
+                       f"(got {args.max_runs} and {args.time_limit})")
     preflight.check_session(args.session)
     preflight.check_session(args.passing)
     script = preflight.check_script(args.script) if args.script else None
@@ -209,12 +216,13 @@ def command(args) -> int:
     reduced, signature, test, finished = _reduce(args, start, signature, python, passing_python, passing, script)
     seconds = time.monotonic() - started
     header = (f"# Reduced from {args.case or script.name} by torch-compile-matrix: fails on {args.session}, "
-              + (f"passes on {passing}" if passing else "passes there without torch.compile") + ".\n")
+              + (f"passes on {passing}" if passing else "passes there without torch.compile") + ".\n"
+              + ("" if finished else f"# Stopped early, at {test.stopped_by}: a larger --max-runs may shorten it.\n"))
     text = header + reduced
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"reduced {args.case or script.name}: {line_count(start)} -> {line_count(text)} lines in {seconds:.0f} s "
-          f"({test.checks} checks, {test.runs} runs; {'done' if finished else 'stopped at the time limit'})")
+          f"({test.checks} checks, {test.runs} runs; {'done' if finished else f'stopped at {test.stopped_by}'})")
     holds, verdict = _verdict(args, out, signature, python, passing_python, passing)
     print(f"wrote {out}", file=sys.stderr)
     print(text)
@@ -246,8 +254,9 @@ def _reduce(args, start: str, signature: Signature | None, python, passing_pytho
                                      f"({first.outcome}, {first.exit}): nothing to reduce")
                 signature = script_signature(first)
             print(f"the bug: {signature} on {args.session}", file=sys.stderr, flush=True)
-            test = Interestingness(signature, failing_runner, passing_runner, deadline=started + args.time_limit,
-                                   timeout=max(60.0, 5 * first.seconds), start=start)
+            test = Interestingness(signature, failing_runner, passing_runner,
+                                   deadline=None if args.time_limit is None else started + args.time_limit,
+                                   timeout=max(60.0, 5 * first.seconds), start=start, max_runs=args.max_runs)
             if not test(start):
                 raise ReproError(f"the starting script does not show {signature} on {args.session} as the check "
                                  f"needs ({check_words(args.session, passing)}): {test.why}")
