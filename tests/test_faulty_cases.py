@@ -117,6 +117,7 @@ def test_the_planted_file_through_nox_leaves_honest_bounded_records_and_a_clean_
     project = copy_project(tmp_path / "project")
     (project / "tests" / "planted").mkdir(parents=True)
     shutil.copy2(PLANTED, project / "tests" / "planted" / PLANTED.name)
+    shutil.copy2(paths.ROOT / ".gitignore", project / ".gitignore")  # what a checkout ignores (Python's bytecode)
     for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
         subprocess.run(["git", *command], cwd=project, check=True)
     results, basetemp = tmp_path / "results", tmp_path / "basetemp"  # its worker logs kept for the message below
