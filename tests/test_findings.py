@@ -2,6 +2,7 @@
 on exactly one card of the committed table, with its reduced script, issue text and upstream search;
 a finding whose failure changed shape is said, never left on a card it no longer describes."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -128,3 +129,34 @@ def test_each_issue_text_carries_its_root_cause_fix_and_upstream_search_from_the
     issue.unlink()
     done = findings_command(project)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "issue text is missing" in done.stderr, done.stderr
+
+
+def test_each_regression_test_fails_on_the_newest_rows_torch_as_the_table_says(tmp_path):
+    # A regression test guards a fix torch does not have yet: on the tests venv's torch (the newest
+    # row's), where the committed table has each finding failing, each test file must fail, and fail
+    # as a test (an assertion or the bug's own error), not by being broken (a collection error). One
+    # pytest process runs them all, its compiles in a cache directory of its own.
+    import xml.etree.ElementTree as ElementTree
+
+    import torch
+
+    data = render.build([paths.ROOT / "results"])
+    assert torch.__version__.split("+")[0] == data["newest"][0]["torch"].split("+")[0]
+    on_cards = {card["finding"]["regression_test"] for card in data["failing"] if card["finding"]
+                and card["finding"]["regression_test"]}
+    tests = sorted((paths.ROOT / "results" / "reductions" / "fixes").glob("test_*.py"))
+    assert {f"results/reductions/fixes/{t.name}" for t in tests} == on_cards
+    report, here = tmp_path / "junit.xml", tmp_path / "tests"  # copied: the project's pytest settings stay out
+    here.mkdir()
+    for test in tests:
+        shutil.copy2(test, here / test.name)
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                    f"--rootdir={here}", *[t.name for t in tests]], cwd=here, capture_output=True, text=True,
+                   timeout=1800, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+    failed: dict[str, int] = {}
+    for case in ElementTree.parse(report).getroot().iter("testcase"):
+        assert case.find("error") is None, (case.get("classname"), case.get("name"))
+        module = case.get("classname").split(".")[0]
+        failed[module] = failed.get(module, 0) + (case.find("failure") is not None)
+    assert failed.keys() == {t.stem for t in tests}, failed
+    assert all(failed.values()), {m: n for m, n in failed.items() if not n}  # each file: a test that fails
