@@ -3,6 +3,8 @@
 # forward-loss-backward remat pass (remat_using_tags_for_fwd_loss_bwd_graph), which refused a
 # checkpointed RNG op in an inference graph: nothing requires grad, so there is no backward region
 # and nothing to recompute.
+import unittest
+
 import torch
 import torch._dynamo.test_case
 import torch._functorch.config
@@ -24,9 +26,14 @@ class CheckpointRngInferenceTests(torch._dynamo.test_case.TestCase):
         self.assertTrue(((out == 0) | (out == 2)).all())
         self.assertTrue(0 < int((out == 0).sum()) < 1000)
 
+    # The pass is the feature under test (torch 2.11 has it, 2.5 does not): where there is none, nothing to check.
+    @unittest.skipUnless(hasattr(torch._functorch.config, "remat_using_tags_for_fwd_loss_bwd_graph"),
+                         "no forward-loss-backward remat pass in this torch")
     def test_checkpointed_rng_op_inference_graph_aot_eager(self):
         self._run("aot_eager")
 
+    @unittest.skipUnless(hasattr(torch._functorch.config, "remat_using_tags_for_fwd_loss_bwd_graph"),
+                         "no forward-loss-backward remat pass in this torch")
     def test_checkpointed_rng_op_inference_graph_inductor(self):
         self._run("inductor")
 
