@@ -130,7 +130,7 @@ def test_candidate_runs_are_cached_and_the_time_limit_keeps_the_best():
     # Past the limit a cached answer stops the reduction too: a loop of cached candidates (the reducer
     # shrinking a number, a rewrite making it plain again) once ran past the limit for ever.
     test.deadline = time.monotonic() - 1  # (minimize granted its last check more time)
-    with pytest.raises(reduce.TimeUp):
+    with pytest.raises(reduce.BudgetSpent):
         test(SEMANTIC)
 
 
@@ -152,7 +152,7 @@ def test_a_budget_of_runs_stops_the_reduction_where_it_would_on_any_machine():
     cached = reduce.Interestingness(SIGNATURE, VersionRunner(15), VersionRunner(12), deadline=None, timeout=10,
                                     out=sys.stdout, max_runs=1)
     assert cached(SEMANTIC) and cached(SEMANTIC)  # an answer it has costs no run
-    with pytest.raises(reduce.TimeUp, match="its budget of 1 runs"):
+    with pytest.raises(reduce.BudgetSpent, match="its budget of 1 runs"):
         cached(SEMANTIC.replace("x = 6", "x = 7"))
 
 

@@ -30,7 +30,7 @@ PATTERN_CHARACTERS = 400
 RENAMED = "unique_name_"
 
 
-class TimeUp(Exception):
+class BudgetSpent(Exception):
     """The reduction's budget is spent: its candidate runs (the work, the same on any machine) or its
     time limit, as the message says."""
 
@@ -159,12 +159,12 @@ class Interestingness:
     def __call__(self, source: str) -> bool:
         self.checks += 1
         if self.deadline is not None and time.monotonic() > self.deadline:  # cached answers too: a loop must end
-            raise TimeUp(f"the time limit, after {self.runs} runs")
+            raise BudgetSpent(f"the time limit, after {self.runs} runs")
         key = hashlib.sha256(source.encode()).hexdigest()
         if key in self.cache:
             return self.cache[key]
         if self.max_runs is not None and self.runs >= self.max_runs:
-            raise TimeUp(f"its budget of {self.max_runs} runs")
+            raise BudgetSpent(f"its budget of {self.max_runs} runs")
         refusal = self.refused(source)
         interesting = not refusal and self._interesting(source)
         self.cache[key] = interesting

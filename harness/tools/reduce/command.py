@@ -34,7 +34,7 @@ from harness.core.errors import BadInput
 from harness.tools import preflight, scriptrun
 from harness.tools.reduce import (inline as reduce_inline, materialise as reduce_materialise, names as reduce_names,
                                   passes as reduce_passes, tensors as reduce_tensors)
-from harness.tools.reduce.check import (Interestingness, Signature, TimeUp, check_words, line_count,
+from harness.tools.reduce.check import (Interestingness, Signature, BudgetSpent, check_words, line_count,
                                         message_pattern, script_signature, size)
 from harness.tools.repro.collector import collect
 from harness.tools.repro.command import collect_env
@@ -132,7 +132,7 @@ def minimize(source: str, test: Interestingness) -> tuple[str, bool]:
             seen.add(result)
             result = reduce_passes.improve(pysource_minimize.minimize(result, test), test, passes(test))
         result = reduce_passes.improve(result, test, reduce_passes.FINAL_PASSES)
-    except TimeUp as spent:
+    except BudgetSpent as spent:
         result, finished, test.stopped_by = test.best, False, str(spent)
     if not test.cache.get(hashlib.sha256(result.encode()).hexdigest()) or size(test.best) < size(result):
         result = test.best  # a rewrite that split a line and let nothing go is not kept
