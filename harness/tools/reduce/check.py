@@ -123,6 +123,7 @@ class Interestingness:
         self.cache: dict[str, bool] = {}
         self.checks = self.runs = 0
         self.best: str | None = None
+        self.stopped_by: str | None = None  # what ended the reduction early (minimize sets it)
         self.why = ""  # why the last candidate run was not interesting
         self.started = time.monotonic()
         self.folder = tempfile.TemporaryDirectory(prefix="harness-reduce-")

@@ -123,7 +123,7 @@ def minimize(source: str, test: Interestingness) -> tuple[str, bool]:
     tidied where the tidy version is interesting too."""
     import pysource_minimize
 
-    test.best, test.stopped_by = source, None
+    test.best = source
     result, finished, seen = source, True, set()
     try:
         # The rewrites first: inlined and materialised, the script has far less for the deletions to try.

@@ -47,17 +47,21 @@ class CheckpointRngEagerBackendTests(torch._dynamo.test_case.TestCase):
     def test_checkpointed_dropout_gradient_inductor(self):
         self._check_follows_forward_mask("inductor")
 
-    def test_checkpointed_dropout_eager_backend_matches_eager(self):
+    def _check_eager_backend_matches_eager(self, fn):
+        # From the same seed, backend="eager" gives what eager gives: outputs and gradients.
         x_ref = torch.randn(1000, requires_grad=True)
         x = x_ref.detach().clone().requires_grad_()
         torch.manual_seed(0)
-        expected = dropout_fn(x_ref)
+        expected = fn(x_ref)
         expected.sum().backward()
         torch.manual_seed(0)
-        result = torch.compile(dropout_fn, backend="eager", fullgraph=True)(x)
+        result = torch.compile(fn, backend="eager", fullgraph=True)(x)
         result.sum().backward()
         self.assertEqual(result, expected)
         self.assertEqual(x.grad, x_ref.grad)
+
+    def test_checkpointed_dropout_eager_backend_matches_eager(self):
+        self._check_eager_backend_matches_eager(dropout_fn)
 
     # Before 2.12 the eager backend ran a checkpointed function without checkpointing it (no recompute,
     # pytorch/pytorch#160773), so there was no recompute for the flag to act on.
@@ -65,16 +69,7 @@ class CheckpointRngEagerBackendTests(torch._dynamo.test_case.TestCase):
     def test_checkpointed_dropout_eager_backend_respects_preserve_rng_state_false(self):
         # An explicit preserve_rng_state=False is the user's to make: the eager backend behaves as
         # eager does with it (the recompute draws anew), from the same seed the same numbers.
-        x_ref = torch.randn(1000, requires_grad=True)
-        x = x_ref.detach().clone().requires_grad_()
-        torch.manual_seed(0)
-        expected = dropout_fn_no_preserve(x_ref)
-        expected.sum().backward()
-        torch.manual_seed(0)
-        result = torch.compile(dropout_fn_no_preserve, backend="eager", fullgraph=True)(x)
-        result.sum().backward()
-        self.assertEqual(result, expected)
-        self.assertEqual(x.grad, x_ref.grad)
+        self._check_eager_backend_matches_eager(dropout_fn_no_preserve)
 
 
 if __name__ == "__main__":
