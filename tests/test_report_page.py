@@ -13,8 +13,6 @@ from tests.test_report import CK, CK_GPU, NEST, OLD, PARAM, REGION, TE, TE_GPU, 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 MISSING = CHROMIUM is None or CHROMEDRIVER is None
 if MISSING and os.environ.get("HARNESS_REQUIRE_BROWSER"):
     raise RuntimeError("HARNESS_REQUIRE_BROWSER is set but chromium or chromedriver is missing "
@@ -24,17 +22,10 @@ pytestmark = pytest.mark.skipif(MISSING, reason="no chromium + chromedriver (apt
 
 @pytest.fixture
 def browser(tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    # the browser benchmarks/report_paint.py times the page in: headless Chromium, a 1400x900 viewport
+    from benchmarks.report_paint import browser as chromium
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in [*FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    # the viewport itself 1400x900 (--window-size counts the window, not the page)
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    driver = chromium(tmp_path / "profile")
     yield driver
     driver.quit()
 
