@@ -7,7 +7,8 @@ fp16) or disabled, `no_grad`, `inference_mode`, the default dtype float64,
 deterministic algorithms, a pass-through TorchFunctionMode or TorchDispatchMode entered, its inputs
 cast to float64, without requires_grad (or on the CPU, from CUDA). Dynamo recompiles on its guards
 with inductor's and AOTAutograd's caches warm in memory, warm on disk (a first pass compiles every
-state, Dynamo is reset, the states run again in reverse from the on-disk caches), or off.
+state; a second Python process, same cache directory, nothing in memory, runs the states again in
+reverse, served from the on-disk caches), or off.
 
 The oracle, for every state of the sequence: what the recompiled function gives (outputs with their
 dtypes, gradients, inputs after the call, aliasing, side effects; a first and a second call) is what

@@ -123,3 +123,23 @@ def test_the_random_oracle_catches_a_gradient_that_is_not_the_forwards_draw():
     assert broken != script
     with pytest.raises(AssertionError, match="does not agree with the forward's own draw"):
         op_programs.run_script(broken)
+
+
+def test_the_disk_caches_are_met_in_a_second_process_that_they_serve(capsys):
+    # recompile's "disk" mode: every state compiled here, then again in a second Python process with
+    # the same cache directory and nothing in memory, whose compiles inductor's FX graph cache and
+    # AOTAutograd's cache serve (this torch keeps both); its results are judged here.
+    from programs.recompile import RecompileOpProgram
+
+    program = RecompileOpProgram(opcall.OpCall("sin"), states=("no_grad", "none"), cache="disk")
+    op_programs.check_op_program(FakeCase(), program, "inductor")
+    served = capsys.readouterr().out.split("the second process's compiles, by the caches: ")[-1]
+    assert re.search(r"'inductor fxgraph_cache_hit': [1-9]", served), served
+    # What the second process computes is what the oracle judges: a failure there is the case's.
+    script = program.script("eager").replace("warm = [(label,", "raise ValueError('planted')\n    warm = [(label,")
+    with pytest.raises(RuntimeError, match="the second process failed: ValueError: planted"):
+        op_programs.run_script(script)
+    # Its control runs without compile in both processes (torch.compile off in the second too).
+    with unittest.mock.patch("torch.compile", op_programs.without_compile):
+        op_programs.run_script(program.script("inductor"))
+    assert "no cache counted" in capsys.readouterr().out

@@ -103,15 +103,33 @@ with caches(on=True):
         warm.append((label, [[call(compiled, inputs) for _ in CALLS] for inputs in SAMPLES]))
 ''',
     "disk": '''\
-# Every state compiled once with the caches on; then Dynamo forgets its code and the states run again,
-# in reverse: their compiles are served from inductor's and AOTAutograd's caches on disk.
+# Every state compiled once with the caches on. Then a second process, with the same definitions and
+# cache directory and nothing in memory, runs the states again in reverse: their compiles are served
+# from inductor's and AOTAutograd's caches on disk, where this torch keeps them.
 with caches(on=True):
     for label, call, _ in STATES:
         for inputs in SAMPLES:
             call(compiled, inputs)
-    torch._dynamo.reset()
-    for label, call, _ in reversed(STATES):
-        warm.append((label, [[call(compiled, inputs) for _ in CALLS] for inputs in SAMPLES]))
+SECOND_PASS = """
+with caches(on=True):
+    warm = [(label, [[call(compiled, inputs) for _ in CALLS] for inputs in SAMPLES])
+            for label, call, _ in reversed(STATES)]
+from torch._dynamo.utils import counters
+served = {f"{group} {name}": n for group in ("inductor", "aot_autograd")
+          for name, n in counters[group].items() if "cache" in name}
+torch.save((warm, served), sys.argv[1])
+"""
+saved = os.path.join(CACHE_DIR.name, "second-pass.pt")
+env = dict(os.environ)
+if compiled is fn:  # torch.compile switched off here (a control run): off in the second process too
+    env["TORCH_COMPILE_DISABLE"] = "1"
+done = subprocess.run([sys.executable, "-", saved], input=DEFINITIONS + SECOND_PASS, env=env,
+                      capture_output=True, text=True)
+if done.returncode != 0:
+    said = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+    raise RuntimeError(f"the second process failed: {said[-1]}")
+warm, served = torch.load(saved, weights_only=False)
+print("the second process's compiles, by the caches:", served or "no cache counted")
 ''',
     "off": '''\
 # One compiled function under each state in turn, inductor's and AOTAutograd's caches off.
@@ -177,12 +195,17 @@ class RecompileOpProgram(OpProgram):
         return [name for name in HELPERS if name in used]
 
     def imports(self) -> list[str]:
-        return ["import contextlib", "import os", "import tempfile", "",
+        second_process = ["import sys"] if self.cache == "disk" else []
+        return ["import contextlib", *second_process, "import torch", "import torch._dynamo",
+                "import torch._functorch.config", "import torch._inductor.config",
+                *(HELPER_IMPORTS[h] for h in self.helpers() if h in HELPER_IMPORTS)]
+
+    def cache_dir(self) -> list[str]:
+        second_process = ["import subprocess", "import sys"] if self.cache == "disk" else []
+        return ["import os", *second_process, "import tempfile", "",
                 "# A cache directory of the script's own (removed with it): nothing compiled elsewhere is served.",
                 'CACHE_DIR = tempfile.TemporaryDirectory(prefix="recompile-")',
-                'os.environ["TORCHINDUCTOR_CACHE_DIR"] = CACHE_DIR.name',
-                "import torch", "import torch._dynamo", "import torch._functorch.config", "import torch._inductor.config",
-                *(HELPER_IMPORTS[h] for h in self.helpers() if h in HELPER_IMPORTS)]
+                'os.environ["TORCHINDUCTOR_CACHE_DIR"] = CACHE_DIR.name\n']
 
     def states_source(self) -> str:
         lines = [f"{HELPERS[h]}\n" for h in self.helpers()]
@@ -208,12 +231,18 @@ class RecompileOpProgram(OpProgram):
         samples = "".join(f"SAMPLES.append([{', '.join(values)}])\n" for values in made.values)
         # A random op draws otherwise than eager by design: only the fresh compile judges it.
         eager_check = "" if self.op_class == "random" else EAGER_CHECK
-        return "\n".join([
+        definitions = "\n".join([
             "\n".join(self.imports()), 'SEEN, SAMPLES, CALLS = [], [], ("first", "second")\n',
             f"def op({params}):\n{seen}    return {made.call}\n", self.definitions(params), samples,
             f"def compile_fn():\n    return torch.compile(fn, {self.compile_options(backend)})\n",
-            "compiled = compile_fn()\n", RUN, CACHE_SWITCH, self.states_source(), "warm = []",
-            SEQUENCE[self.cache], ORACLE.format(cache=self.cache, eager_check=eager_check)])
+            "compiled = compile_fn()\n", RUN, CACHE_SWITCH, self.states_source()])
+        if self.cache == "disk":  # one text: run here, and again in the second process
+            quotes = "'" * 3
+            assert quotes not in definitions and not definitions.endswith("\\")
+            definitions = (f"# The program, run here and again in a second process (the disk caches).\n"
+                           f"DEFINITIONS = r{quotes}\n{definitions}{quotes}\nexec(DEFINITIONS)\n")
+        return "\n".join(["\n".join(self.cache_dir()), definitions, "warm = []",
+                          SEQUENCE[self.cache], ORACLE.format(cache=self.cache, eager_check=eager_check)])
 
 
 def state_names(device: str) -> list[str]:
