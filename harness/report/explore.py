@@ -14,6 +14,7 @@ import dataclasses
 import pathlib
 
 from harness.core import outcomes, records
+from harness.core.markdown import fence
 from harness.core.errors import BadInput
 
 SHOWN_PROGRAM_LINES = 30
@@ -98,7 +99,7 @@ def markdown(environments: list[dict], cells: list[dict]) -> str:
         lines += [f"<details><summary>🆕 {_cell(finding.signature)} ({len(finding.cells)} cells)</summary>", "",
                   f"Cells: {', '.join(f'`{c}`' for c in finding.cells)}", "",
                   f"Its smallest shrunk example ({_cell((finding.example or {}).get('error'))}):", "",
-                  "```python", program, "```", "",
+                  fence(program, "python"), "",
                   f"To write it as a script: `HARNESS_RESULTS_DIR=<this run's results dir> nox -s repro -- "
                   f"'{finding.cells[0]}' --session {sessions[0] if sessions else 'SESSION'}`", "", "</details>", ""]
     table = classes_by_family(cells)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pathlib
 
 from harness.core import matrix, records
+from harness.core.markdown import fence
 from harness.report.findings import Finding
 from harness.report.results import ReportError
 
@@ -19,11 +20,6 @@ START = "<!-- the root cause, the proposed fix and the upstream search: `python 
         "from results/reductions/findings.toml and fixes/ -->"
 END = "<!-- end of what `python -m harness findings` writes -->"
 VERSIONS = "### Versions"
-
-
-def _fence(text: str, language: str = "") -> str:
-    ticks = "```" if "```" not in text else "````"
-    return f"{ticks}{language}\n{text.rstrip()}\n{ticks}"
 
 
 def sections(finding: Finding) -> str:
@@ -36,9 +32,9 @@ def sections(finding: Finding) -> str:
         lines += ["### Proposed fix", "",
                   f"Against torch {matrix.main_session().torch}; with it the script above passes, and so does this "
                   "regression test, which fails without it.", "",
-                  _fence(finding.fix_path.read_text(encoding="utf-8"), "diff"), "",
+                  fence(finding.fix_path.read_text(encoding="utf-8"), "diff"), "",
                   "<details><summary>The regression test</summary>", "",
-                  _fence(test.read_text(encoding="utf-8"), "python"), "", "</details>", ""]
+                  fence(test.read_text(encoding="utf-8"), "python"), "", "</details>", ""]
     if finding.searched or finding.related:
         lines += ["### Searched upstream", ""]
         lines += [f"No report of this found. Searched: {'; '.join(repr(q) for q in finding.searched)}."

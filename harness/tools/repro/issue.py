@@ -9,6 +9,7 @@ import pathlib
 import re
 
 from harness.core import paths, records, versions
+from harness.core.markdown import fence
 from harness.core.outcomes import RAISED, upstream_link
 from harness.tools.scriptrun import printed_outcome
 
@@ -36,12 +37,6 @@ def boundaries(rows: list[dict]) -> list[tuple[dict, dict]]:
         steps = [r for r in rows if r["line"] == line and r["label"] is None and not r["nightly"]]
         found += [(a, b) for a, b in zip(steps, steps[1:]) if a["outcome"] != b["outcome"]]
     return found
-
-
-def _fence(text: str, language: str = "") -> str:
-    longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{language}\n{text.rstrip()}\n{fence}"
 
 
 def _shorten(output: str, head: int = 25, tail: int = 60) -> str:
@@ -94,14 +89,14 @@ def issue_markdown(info: dict, text: str, path: pathlib.Path, result: dict, envi
                          for a, b in boundaries(rows)] + [""]
     needs = "torch and lightning" if "lightning" in text else "torch"
     status = "timed out" if result["returncode"] is None else f"exit status {result['returncode']}"
-    lines += [f"**Reproduction** (`python {path.name}`, needs only {needs}):", "", _fence(text, "python"), ""]
+    lines += [f"**Reproduction** (`python {path.name}`, needs only {needs}):", "", fence(text, "python"), ""]
     if full:
         lines += [f"<details><summary>The case as the matrix runs it ({full.count(chr(10))} lines)</summary>", "",
-                  _fence(full, "python"), "", "</details>", ""]
-    lines += [f"**Output** (torch {info['torch']}, {status}):", "", _fence(_shorten(result["output"])), "",
+                  fence(full, "python"), "", "</details>", ""]
+    lines += [f"**Output** (torch {info['torch']}, {status}):", "", fence(_shorten(result["output"])), "",
               "**Expected**: the compiled run gives the eager run's outputs, dtypes and gradients, and the "
               "feature does under torch.compile what it does eagerly (the script's asserts).", "",
-              "<details><summary>collect_env</summary>", "", _fence(environment), "", "</details>", ""]
+              "<details><summary>collect_env</summary>", "", fence(environment), "", "</details>", ""]
     return "\n".join(lines)
 
 
@@ -134,10 +129,10 @@ def pytorch_bug_issue(title: str, script_name: str, script_text: str, failing: l
                                                                             else "") + f". The first version it fails on: {first}."
                      + (f" Fails otherwise on {'; '.join(otherwise)}." if otherwise else ""))
         lines.append("")
-    lines += [f"Reproduction (`python {script_name}`, needs only torch):", "", _fence(script_text, "python"), "",
-              f"Output (torch {failing[-1][0] if failing else '?'}):", "", _fence(_shorten(output, head=3, tail=25)), "",
+    lines += [f"Reproduction (`python {script_name}`, needs only torch):", "", fence(script_text, "python"), "",
+              f"Output (torch {failing[-1][0] if failing else '?'}):", "", fence(_shorten(output, head=3, tail=25)), "",
               f"Expected: {expected}", ""]
     if error:
         lines += [f"Error: `{error[:300]}`", ""]
-    lines += ["### Versions", "", _fence(environment), ""]
+    lines += ["### Versions", "", fence(environment), ""]
     return "\n".join(lines)
