@@ -75,6 +75,12 @@ context_fn_untraced = pytest.mark.limitation(
 modes_required = pytest.mark.limitation(
     "pytorch/pytorch#105489", raises="AssertionError",
     match="must generate a tuple of two `TorchDispatchMode`s")
+# Under aot_eager and inductor, AOTAutograd traces the checkpoint's higher-order op
+# (torch/_higher_order_ops/wrap.py, tag_activation_checkpoint) with context_fn's modes entered: they
+# tag the graph's nodes for saving or recomputation while tracing, and the compiled graph runs plain
+# aten ops with no mode entered. The design of #105489; the docs do not tell users so.
+modes_enter_only_while_tracing = pytest.mark.limitation(
+    "pytorch/pytorch#105489", raises="AssertionError", match="contexts active at run time")
 # fullgraph=True refuses the graph break a disabled function makes.
 disabled_raises = pytest.mark.limitation(
     "https://docs.pytorch.org/docs/stable/compile/programming_model.compiler_disable.html",
@@ -207,12 +213,16 @@ def check_contexts_active(case, context_fn, seen, device):
         contexts[step] = {"forward_pass": sorted(set(seen[:forward])), "backward_pass": sorted(set(seen[forward:]))}
     case.record(contexts=contexts)
     assert "forward" in contexts["eager"]["forward_pass"] and "recompute" in contexts["eager"]["backward_pass"], contexts
+    if case.backend != "eager":  # what the design promises: the forward context is entered while tracing
+        assert "forward" in contexts["compiled_first_run"]["forward_pass"], f"contexts never entered: {contexts}"
     assert contexts["compiled"] == contexts["eager"], f"contexts active at run time: {contexts}"
 
 
 @context_fn_gate
 @context_fn_untraced
 @WITH_AND_WITHOUT_FLAG
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=modes_enter_only_while_tracing),
+                                     pytest.param("inductor", marks=modes_enter_only_while_tracing)])
 def test_context_fn_dispatch_modes(case, device, backend, fullgraph, experimental_flag):
     seen = []
     def noting(name):  # a dispatch mode that adds `name` to `seen` for each op that runs while it is active
