@@ -114,3 +114,17 @@ def test_a_wrong_explore_value_is_an_error(monkeypatch):
     monkeypatch.setenv(properties.EXPLORE_ENV, "many")
     with pytest.raises(ValueError):
         properties.explore_examples()
+
+
+def test_a_failing_example_keeps_its_figures_not_its_times(monkeypatch):
+    # Times change from run to run: in the record they would rewrite a line of the table each re-run.
+    monkeypatch.delenv(properties.EXPLORE_ENV, raising=False)
+    case = FakeCase()
+
+    def check(n):
+        case.metrics.update(compile_s=1.5, run_s=0.25, op_class="pointwise")
+        raise AssertionError("fails")
+    with pytest.raises(BaseException):
+        properties.explore(case, "demo", st.integers(0, 10), check, pinned=[3])
+    example = case.metrics["property"]["failing_examples"][0]
+    assert example["metrics"] == {"op_class": "pointwise"}

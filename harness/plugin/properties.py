@@ -34,7 +34,7 @@ import zlib
 import hypothesis
 from hypothesis import HealthCheck, Phase
 
-from harness.core import outcomes
+from harness.core import outcomes, timings
 
 if sys.version_info < (3, 11):  # hypothesis depends on the backport there
     from exceptiongroup import ExceptionGroup
@@ -217,7 +217,8 @@ def described(program, exc: BaseException, metrics: dict, declared: list) -> dic
     """What a record lists of a failing example: its program, figures, error and signature, and how
     the case's declarations for this torch classify it (`known` with its reference, or `fail`: new)."""
     outcome, reference = outcomes.classify_exception(exc, declared)
-    return {"program": getattr(program, "source", repr(program)), "figures": repr(program), "metrics": metrics,
+    figures = {k: v for k, v in metrics.items() if k not in timings.METRIC_KEYS}  # times: not the table's to keep
+    return {"program": getattr(program, "source", repr(program)), "figures": repr(program), "metrics": figures,
             "error": error_line(exc), "signature": signature_of(exc), "outcome": outcome, "reference": reference}
 
 
