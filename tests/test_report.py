@@ -663,6 +663,36 @@ def test_a_session_on_another_torch_build_than_its_baseline_is_not_compared_and_
     assert "**regressed**" not in (tmp_path / "out" / "REPORT.md").read_text()
 
 
+def test_a_cell_that_differs_only_as_the_machines_do_is_shown_so_not_as_a_regression(tmp_path):
+    now, base = tmp_path / "now", tmp_path / "base"
+    sources = {"cases/test_checkpoint.py": "c1", "cases/test_nested_compile.py": "n1", "harness/core/outcomes.py": "h1"}
+    installs = {"packages": ["torch==2.5.1", "lightning==2.4.0"]}
+    here = {"cpu": "Intel(R) Xeon(R) Processor", "os": "Debian GNU/Linux 12", "collect_env": "GCC version: (Debian) 12.2.0"}
+    runner = {"cpu": "AMD EPYC 7763 64-Core Processor", "os": "Ubuntu 24.04", "collect_env": "GCC version: 13.3.0"}
+    write_session(base, "cpu_torch25", "2.5.1", {CK: "pass", NEST: "pass"}, reuse_sources=sources, **installs, **here)
+    write_session(now, "cpu_torch25", "2.5.1", {CK: "fail", NEST: "fail"}, **installs, **runner,
+                  reuse_sources={**sources, "cases/test_nested_compile.py": "n2"})  # this run changed those cases
+    done = run_cli(now, "--baseline", base, "--out", tmp_path / "out")
+    # the checkpoint cell ran the same code on the same torch build: the machines differ, not the project or torch;
+    # the nested_compile cell ran other code: held to the baseline as ever
+    assert done.returncode == 1
+    assert [line for line in done.stdout.splitlines() if line.startswith("fails:")] == [
+        f"fails: cpu_torch25: {NEST}: regressed: pass -> fail (fail on purpose)"]
+    assert "note: 1 cells differ from the baseline only as the machines do" in done.stdout
+    text = (tmp_path / "out" / "REPORT.md").read_text()
+    assert f"| cpu_torch25 | `{CK}` | **by machine** | pass | fail |" in text
+    assert "(cpu: Intel(R) Xeon(R) Processor → AMD EPYC 7763 64-Core Processor; os: Debian GNU/Linux 12 → Ubuntu 24.04; " \
+           "compiler: (Debian) 12.2.0 → 13.3.0)" in text
+    write_session(now, "cpu_torch25", "2.5.1", {CK: "fail", NEST: "pass"}, reuse_sources=sources, **installs, **here)
+    same_machine = run_cli(now, "--baseline", base, "--out", tmp_path / "out")
+    assert same_machine.returncode == 1  # same machine, same code: a change is the run's, counted
+    assert f"fails: cpu_torch25: {CK}: regressed: pass -> fail (fail on purpose)" in same_machine.stdout
+    write_session(now, "cpu_torch25", "2.5.1", {CK: "fail", NEST: "pass"}, reuse_sources={
+        **sources, "harness/core/outcomes.py": "h2"}, **installs, **runner)
+    shared_changed = run_cli(now, "--baseline", base, "--out", tmp_path / "out")
+    assert f"fails: cpu_torch25: {CK}: regressed: pass -> fail (fail on purpose)" in shared_changed.stdout  # code the cases share
+
+
 def test_the_previous_run_is_for_information_and_its_absence_is_stated(tmp_path):
     now, table, night = tmp_path / "now", tmp_path / "table", tmp_path / "night"
     write_session(now, "cpu_torch25", "2.5.1", {CK: "fail", OLD: "pass"})

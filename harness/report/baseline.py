@@ -4,10 +4,13 @@ complete results file."""
 
 from __future__ import annotations
 
+import pathlib
+
+from harness.core import caseid
 from harness.core.outcomes import DECLARED, FAILING, HARD, PASSING
 from harness.report.results import NOT_RUN, SessionResult, opening_line
 
-COMPARISONS = ("regressed", "newly failing", "fixed", "new", "removed", "still failing", "flaky")
+COMPARISONS = ("regressed", "newly failing", "fixed", "new", "removed", "still failing", "flaky", "by machine")
 COMPARISON_MEANING = {
     "regressed": "passed, or failed only as declared (a known bug, a limitation), in the baseline; fails otherwise now",
     "newly failing": "skipped or flaky in the baseline, fails now",
@@ -16,7 +19,42 @@ COMPARISON_MEANING = {
     "removed": "in the baseline, not now (the session finished without it)",
     "still failing": "failed then, fails now in another way",
     "flaky": "its attempts disagree now",
+    "by machine": "otherwise than in the baseline, which ran the same case code with the same installs on another "
+                  "machine: a difference of the machines, not counted as a regression",
 }
+# What tells one machine from another in an environment record: a cell may differ by any of them (inductor's
+# C++ kernels are built by the machine's compiler for its CPU's vector instructions).
+MACHINE_KEYS = ("cpu", "os", "gpu", "gpu_driver")
+
+
+def machine(session: SessionResult) -> dict:
+    """The machine a session ran on: MACHINE_KEYS of its environment record and the C++ compiler
+    collect_env names."""
+    compiler = next((line.split(":", 1)[1].strip() for line in (session.environment.get("collect_env") or "").splitlines()
+                     if line.startswith("GCC version:")), None)
+    return {**{key: session.environment.get(key) for key in MACHINE_KEYS}, "compiler": compiler}
+
+
+def machines_differ(old: SessionResult, now: SessionResult) -> dict:
+    """{what differs: {"baseline": ..., "now": ...}} between the machines two runs of a session ran on."""
+    then, found = machine(old), machine(now)
+    return {key: {"baseline": then[key], "now": found[key]} for key in then if then[key] != found[key]}
+
+
+def ran_the_same(old: SessionResult, now: SessionResult, family: str | None) -> bool:
+    """Both runs ran the family's cases with the same installs (`packages`) and the same project code:
+    the family's case file and every source its cases share (the harness's session side, cases/conftest.py,
+    cases/programs/), by the digests each run kept (`reuse_sources`). Not the reuse keys: those hold the
+    machine too."""
+    then, found = old.environment.get("reuse_sources"), now.environment.get("reuse_sources")
+    if not then or not found or old.environment.get("packages") != now.environment.get("packages"):
+        return False
+    return all(then.get(path) == found.get(path) for path in {*then, *found} if _case_file_family(path) in (None, family))
+
+
+def _case_file_family(path: str) -> str | None:
+    """The family whose case file `path` is; None for a source the families share."""
+    return caseid.family_of(path) if pathlib.PurePosixPath(path).name.startswith(caseid.TEST_PREFIX) else None
 
 
 def _outcome(session: SessionResult, case: str) -> str:
@@ -49,21 +87,29 @@ def compare(current: list[SessionResult], baseline: list[SessionResult]) -> dict
     """Each case of each session present now, against the same session in the baseline. A record
     that skipped for an absent device counts as not run, and so does a family the session did not
     run at all (a run narrowed to some families says nothing of the others). A session whose torch
-    build differs from its baseline's is not compared case by case: like with like only."""
+    build differs from its baseline's is not compared case by case: like with like only. On another
+    machine, a cell whose case code is the same as the baseline's and whose outcome differs is `by
+    machine`: the machines differ, not torch or the project (ran_the_same)."""
     base = {s.name: s for s in baseline}
-    rows, builds_differ = [], []
+    rows, builds_differ, machines = [], [], []
     for session in current:
         old = base.get(session.name)
         if old is not None and old.torch != session.torch:
             builds_differ.append({"session": session.name, "baseline": old.torch, "now": session.torch})
             continue
         families = {record.get("family") for record in session.cases.values()}
+        differ = machines_differ(old, session) if old else {}
+        if differ:
+            machines.append({"session": session.name, "differ": differ})
         for case in sorted(set(session.cases) | {c for c, r in old.cases.items() if r.get("family") in families}
                            ) if old else ():
             then, now = _outcome(old, case), _outcome(session, case)
             found = status(session, case, then, now)
+            record = session.cases.get(case) or {}
+            if (found and found not in ("new", "removed", "flaky") and differ
+                    and ran_the_same(old, session, record.get("family") or old.cases.get(case, {}).get("family"))):
+                found = "by machine"
             if found:
-                record = session.cases.get(case) or {}
                 rows.append({"session": session.name, "case": case, "status": found, "baseline": then, "now": now,
                              "message": opening_line(record.get("message")), "location": record.get("location")})
     for row in rows:
@@ -73,7 +119,7 @@ def compare(current: list[SessionResult], baseline: list[SessionResult]) -> dict
     now_names = {s.name for s in current}
     return {"sessions": [s.name for s in baseline], "rows": rows,
             "counts": {name: sum(1 for r in rows if r["status"] == name) for name in COMPARISONS},
-            "meaning": COMPARISON_MEANING, "builds_differ": builds_differ,
+            "meaning": COMPARISON_MEANING, "builds_differ": builds_differ, "machines_differ": machines,
             "not_in_baseline": [s.name for s in current if s.name not in base],
             "missing_now": [b.name for b in baseline if b.name not in now_names]}
 
@@ -113,6 +159,10 @@ def verdict(data: dict, expect=(), fail_on_regression: bool = True) -> dict:
         (reasons if fail_on_regression else notes).append(
             f"{differ['session']}: the baseline was measured on torch {differ['baseline']}, this run on torch "
             f"{differ['now']}: not compared (run the baseline's build, or measure and commit the new one)")
+    by_machine = sum(1 for row in (data["baseline"] or {}).get("rows", []) if row["status"] == "by machine")
+    if by_machine:
+        notes.append(f"{by_machine} cells differ from the baseline only as the machines do (same torch build, same "
+                     "case code, another machine): shown as 'by machine', not counted as regressions")
     if data.get("previous_unavailable"):
         reasons.append(f"the previous nightly could not be fetched: {data['previous_unavailable']}")
     if not fail_on_regression and data["baseline"] is not None:
