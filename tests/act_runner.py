@@ -151,6 +151,9 @@ def run_act(repo: pathlib.Path, event: str, payload: pathlib.Path, workflow: str
                "-P", "ubuntu-latest=-self-hosted", "--artifact-server-path", str(artifacts),
                "--artifact-server-port", str(free_port()),  # act's fixed default: two runs at once would share one server
                "--cache-server-path", str(work / "cache"), "--action-offline-mode",
+               # the host workspaces (a job's checkout and venvs: 5 GB a run) go with the test's own
+               # folder, not into ~/.cache/act, where every run left its own
+               "--action-cache-path", str(work / "act-cache"),
                "-s", "GITHUB_TOKEN=act-token"]
     sources = action_sources(repo / ".github" / "workflows")
     for action, directory in sources.items():
