@@ -36,9 +36,11 @@ def machine(session: SessionResult) -> dict:
 
 
 def machines_differ(old: SessionResult, now: SessionResult) -> dict:
-    """{what differs: {"baseline": ..., "now": ...}} between the machines two runs of a session ran on."""
+    """{what differs: {"baseline": ..., "now": ...}} between the machines two runs of a session ran on. A
+    fact one record lacks (an older record without collect_env) tells nothing: only facts both give count."""
     then, found = machine(old), machine(now)
-    return {key: {"baseline": then[key], "now": found[key]} for key in then if then[key] != found[key]}
+    return {key: {"baseline": then[key], "now": found[key]} for key in then
+            if then[key] is not None and found[key] is not None and then[key] != found[key]}
 
 
 def ran_the_same(old: SessionResult, now: SessionResult, family: str | None) -> bool:
