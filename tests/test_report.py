@@ -686,10 +686,10 @@ def test_a_cell_that_differs_only_as_the_machines_do_is_shown_so_not_as_a_regres
     write_session(now, "cpu_torch25", "2.5.1", {CK: "fail", NEST: "pass"}, reuse_sources=sources, **installs, **here)
     same_machine = run_cli(now, "--baseline", base, "--out", tmp_path / "out")
     assert same_machine.returncode == 1  # same machine, same code: a change is the run's, counted
+    assert f"fails: cpu_torch25: {CK}: regressed: pass -> fail (fail on purpose)" in same_machine.stdout
     write_session(base, "cpu_torch25", "2.5.1", {CK: "pass", NEST: "pass"}, reuse_sources=sources, **installs,
                   cpu=here["cpu"], os=here["os"])  # an older record, without collect_env: no compiler to compare
     assert run_cli(now, "--baseline", base, "--out", tmp_path / "out").returncode == 1
-    assert f"fails: cpu_torch25: {CK}: regressed: pass -> fail (fail on purpose)" in same_machine.stdout
     write_session(now, "cpu_torch25", "2.5.1", {CK: "fail", NEST: "pass"}, reuse_sources={
         **sources, "harness/core/outcomes.py": "h2"}, **installs, **runner)
     shared_changed = run_cli(now, "--baseline", base, "--out", tmp_path / "out")

@@ -90,7 +90,7 @@ def compare(current: list[SessionResult], baseline: list[SessionResult]) -> dict
     that skipped for an absent device counts as not run, and so does a family the session did not
     run at all (a run narrowed to some families says nothing of the others). A session whose torch
     build differs from its baseline's is not compared case by case: like with like only. On another
-    machine, a cell whose case code is the same as the baseline's and whose outcome differs is `by
+    machine, a cell whose case code and installs are the baseline's and whose outcome differs is `by
     machine`: the machines differ, not torch or the project (ran_the_same)."""
     base = {s.name: s for s in baseline}
     rows, builds_differ, machines = [], [], []
@@ -164,7 +164,7 @@ def verdict(data: dict, expect=(), fail_on_regression: bool = True) -> dict:
     by_machine = sum(1 for row in (data["baseline"] or {}).get("rows", []) if row["status"] == "by machine")
     if by_machine:
         notes.append(f"{by_machine} cells differ from the baseline only as the machines do (same torch build, same "
-                     "case code, another machine): shown as 'by machine', not counted as regressions")
+                     "case code and installs, another machine): shown as 'by machine', not counted as regressions")
     if data.get("previous_unavailable"):
         reasons.append(f"the previous nightly could not be fetched: {data['previous_unavailable']}")
     if not fail_on_regression and data["baseline"] is not None:
