@@ -17,9 +17,12 @@ from tests.test_isolation import (PLANTED_HEADER, SESSION, by_variant, case_reco
 PLANTED = ROOT / "tests" / "planted" / "faulty_records.py"
 
 
-def run_planted(pytester, body: str) -> dict:
+def run_planted(pytester, body: str, seconds: list | None = None) -> dict:
+    """`seconds`: where the session command's wall time goes, for a test that needs it."""
     path = pytester.makepyfile(test_planted=PLANTED_HEADER + body + "\n\n" + ok_case("after"))
-    result, results_file, _ = run_session_command(pytester, path, "--timeout=120")
+    result, results_file, took = run_session_command(pytester, path, "--timeout=120")
+    if seconds is not None:
+        seconds.append(took)
     cases = by_variant(case_records(results_file))
     assert cases["after"]["outcome"] == "pass", cases["after"]
     for line in results_file.read_text(encoding="utf-8").splitlines():
@@ -175,3 +178,39 @@ def test_the_report_without_its_templates_package_names_it(tmp_path):
                           env={"PYTHONPATH": f"{tmp_path / 'hide'}:{ROOT}"})
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: missing package 'Jinja2'") and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.usefixtures("session_env")
+def test_a_process_that_inherits_the_report_pipe_cannot_hold_the_case(pytester):
+    # A daemon grandchild (a double fork) keeps the child's report pipe open for 60 s; the case itself
+    # passes at once. Its end is the child's exit, and the daemon is ended with its case.
+    took = []
+    cases = run_planted(pytester, '''
+import time
+
+
+def test_fault(case):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(60)
+        os._exit(0)
+    case.check(torch.sin, torch.randn(3, requires_grad=True))
+''', took)
+    fault = cases["fault"]
+    assert fault["outcome"] == "pass" and took[0] < 60, (took, fault)  # not the daemon's 60 s, nor the hard limit
+    assert any("process left running, killed after the case" in text for text in fault["leaked"]), fault
+
+
+@pytest.mark.usefixtures("session_env")
+def test_a_case_that_replaces_what_the_harness_sends_with_still_reports(pytester):
+    cases = run_planted(pytester, '''
+import json
+
+
+def test_fault(case):
+    case.check(torch.sin, torch.randn(3, requires_grad=True))
+    json.dumps = lambda *args, **kwargs: "not the report"
+    os.write = lambda fd, data: len(data)
+''')
+    assert cases["fault"]["outcome"] == "pass", cases["fault"]

@@ -40,7 +40,12 @@ from harness.core import caseid, outcomes, records
 from harness.core.caseid import case_identity
 from harness.plugin import cudaguard, workerlog
 
+# The harness's own references, taken at import, before any case runs: a case that replaces
+# json.dumps or os.write (a monkeypatch its teardown never undoes, in the child) cannot hijack the
+# channel that carries its own report.
+_dumps, _os_write, _os_close, _os_exit = json.dumps, os.write, os.close, os._exit
 PROBE_TIMEOUT = 120
+LEFTOVER_ROUNDS = 20  # killing a leftover orphans its own children: rounds until none is left
 UNSENT = 70  # a child's exit status when it could not send its reports (it sends what failed instead)
 CASE_STAGES = ("starting the case's process",)  # before any code of the case ran
 
@@ -59,13 +64,13 @@ def _write_all(fd: int, data: bytes, quiet: bool = False) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[_os_write(fd, view):]
     except OSError:
         if not quiet:
             raise
     finally:
         try:
-            os.close(fd)
+            _os_close(fd)
         except OSError:
             pass
 
@@ -117,38 +122,130 @@ def probe() -> str | None:
         finally:
             os._exit(code)
     os.close(write)
-    message = _read_all(read, pid, time.monotonic() + PROBE_TIMEOUT)[0].decode(errors="replace")
-    status = _wait(pid)
+    data, _, status = _read_all(read, pid, time.monotonic() + PROBE_TIMEOUT)
+    message = data.decode(errors="replace")
     if status == 0:
         return None
     return message or f"a forked child exited with status {status}"
 
 
-def _read_all(fd: int, pid: int, deadline: float | None) -> tuple[bytes, bool]:
-    """Everything the child writes to `fd` until it closes it; (data, killed): past `deadline`
-    the child is killed."""
-    chunks, killed = [], False
+def _read_all(fd: int, pid: int, deadline: float | None) -> tuple[bytes, bool, int]:
+    """What the child writes to `fd` until it exits, then its exit status: (data, killed, status);
+    past `deadline` the child is killed. The child's end is its exit, never EOF on the pipe: a
+    process the case started (a daemon, a double fork) inherits the pipe's write end and may hold it
+    open long after the child is gone. Once the child has exited, what it wrote is in the pipe."""
+    chunks, killed, status, pipe_open = [], False, None, True
+    watch = _exit_watch(pid)
+    os.set_blocking(fd, False)
     try:
-        while True:
+        while status is None:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([fd], [], [], wait)
-            if not ready:
+            if watch is None:  # no exit descriptor: look again every 50 ms
+                wait = 0.05 if wait is None else min(wait, 0.05)
+            ready, _, _ = select.select([fd] * pipe_open + [watch] * (watch is not None), [], [], wait)
+            if fd in ready:
+                chunk = _read_some(fd)
+                pipe_open = bool(chunk)  # EOF: every writer closed it; the exit is still to come
+                chunks.append(chunk)
+            status = _exited(pid)
+            if status is None and deadline is not None and time.monotonic() >= deadline:
                 os.kill(pid, signal.SIGKILL)
-                killed = True
-                break
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
+                killed, status = True, _wait(pid)
+        chunks.append(_read_some(fd, everything=True))
     finally:
         os.close(fd)
-    return b"".join(chunks), killed
+        if watch is not None:
+            os.close(watch)
+    return b"".join(chunks), killed, status
+
+
+def _exit_watch(pid: int) -> int | None:
+    """A descriptor that becomes readable when `pid` exits (Linux 5.3+), or None: then polled."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _read_some(fd: int, everything: bool = False) -> bytes:
+    """What the pipe holds now (all of it, with `everything`), without waiting for more."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            break
+        chunks.append(chunk)
+        if not chunk or not everything:
+            break
+    return b"".join(chunks)
+
+
+def _exited(pid: int) -> int | None:
+    """The child's exit status once it has exited (reaped), else None."""
+    done, status = os.waitpid(pid, os.WNOHANG)
+    return os.waitstatus_to_exitcode(status) if done else None
 
 
 def _wait(pid: int) -> int:
     """The child's exit status: its code, or minus the signal that ended it."""
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
+
+
+def become_subreaper() -> bool:
+    """PR_SET_CHILD_SUBREAPER: what a case's child leaves running (a daemon, a setsid'd or
+    double-forked process) becomes this process's child when its parent exits, so that it can be
+    found and ended with its case. False where there is no such call (not Linux)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> set[int]:
+    """This process's children, from /proc (empty where there is none)."""
+    me, found = os.getpid(), set()
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            found.add(int(entry.name))
+    return found
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120] or "?"
+    except OSError:
+        return "?"
+
+
+def end_leftovers(before: set[int]) -> list[str]:
+    """Kill and reap the processes a case left running (this process's children that were not its
+    children before the case: they reached it as the subreaper), round after round, since each
+    killed one orphans its own; what was killed, for the record."""
+    killed = []
+    for _ in range(LEFTOVER_ROUNDS):
+        leftovers = _children() - before
+        if not leftovers:
+            break
+        for pid in leftovers:
+            killed.append(f"{_command(pid)} (pid {pid})")
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                continue
+    return killed
 
 
 class ForkedAttempt:
@@ -170,6 +267,7 @@ class ForkedAttempt:
         # lie on (0.6 s a case on torch 2.15 with Lightning): frozen, the collector leaves them alone.
         gc.freeze()
         started = time.time()
+        children = _children()
         try:
             read, write = os.pipe()
             pid = os.fork()
@@ -182,14 +280,14 @@ class ForkedAttempt:
             self._child(protocol, write, output)
         os.close(write)
         deadline = time.monotonic() + self.hard_limit if self.hard_limit else None
-        data, killed = _read_all(read, pid, deadline)
-        status = _wait(pid)
+        data, killed, status = _read_all(read, pid, deadline)
+        leftovers = end_leftovers(children | {pid})
         printed = self._child_output(output)
         sent = _parse(data) if not killed else None
         if status == 0 and sent and "reports" in sent:
             try:
                 reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in sent["reports"]]
-                return reports, sent["leaked"]
+                return reports, sent["leaked"] + [f"process left running, killed after the case: {p}" for p in leftovers]
             except Exception as error:  # logged in the record: what the worker could not read
                 return [self._harness_error("reading its reports in the worker", _describe(error), printed,
                                             time.time() - started)], []
@@ -214,7 +312,7 @@ class ForkedAttempt:
             reports, leaked = protocol()
             stage = "serialising its reports"
             config = self.item.config
-            payload = json.dumps({"leaked": leaked, "reports": [
+            payload = _dumps({"leaked": leaked, "reports": [
                 config.hook.pytest_report_to_serializable(config=config, report=r) for r in reports]},
                 default=str).encode()
             stage = "sending its reports"
@@ -223,11 +321,11 @@ class ForkedAttempt:
         except BaseException as error:
             traceback.print_exc()
             # What part failed, for the record: the parent otherwise sees a silent status.
-            _write_all(write, json.dumps({"unsent": stage, "error": _describe(error)}).encode(), quiet=True)
+            _write_all(write, _dumps({"unsent": stage, "error": _describe(error)}).encode(), quiet=True)
         finally:
             for stream in (sys.stdout, sys.stderr):
                 _flush(stream)
-            os._exit(code)
+            _os_exit(code)
 
     def _harness_error(self, stage: str, error: str, printed: str, seconds: float) -> TestReport:
         """The report of an attempt the harness could not carry out, or whose reports did not reach

@@ -256,6 +256,8 @@ class CaseRunner:
                 self.forking = False
                 print(f"harness: cases share this process (a forked child cannot run them: {reason})",
                       file=sys.stderr)
+            else:
+                isolation.become_subreaper()  # what a case leaves running ends with it
 
     def pytest_sessionfinish(self, session):
         if self.forking:
