@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout, for `harness`
 
-from harness.core import paths, records  # noqa: E402
+from harness.core import paths, records, resultsfile  # noqa: E402
 from harness.report import render  # noqa: E402
 
 
@@ -35,7 +35,7 @@ def mirror_cuda(table: pathlib.Path, into: pathlib.Path) -> int:
         if not name.startswith("cpu_torch") or environment["identity"]["label"]:
             continue
         twin_name = "cuda12_" + name[len("cpu_"):]
-        writer = records.ResultsWriter(into / f"{twin_name}{paths.RESULTS_SUFFIX}")
+        writer = resultsfile.ResultsWriter(into / f"{twin_name}{paths.RESULTS_SUFFIX}")
         identity = {**environment["identity"], "session": twin_name, "device": "cuda", "line": "cuda12",
                     "plain": twin_name}
         writer.write({**environment, "session": twin_name, "identity": identity, "gpu": "synthetic"})

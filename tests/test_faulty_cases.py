@@ -6,6 +6,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ElementTree
 
 import pytest
 
@@ -25,8 +26,8 @@ def run_planted(pytester, body: str, seconds: list | None = None) -> dict:
         seconds.append(took)
     cases = by_variant(case_records(results_file))
     assert cases["after"]["outcome"] == "pass", cases["after"]
-    for line in results_file.read_text(encoding="utf-8").splitlines():
-        assert len(line.encode()) <= records.LINE_LIMIT
+    for line in results_file.read_bytes().splitlines():  # bytes: a case may have written what is not UTF-8
+        assert len(line) <= records.LINE_LIMIT
     return cases
 
 
@@ -91,6 +92,8 @@ def test_fault(case):
         assert message.startswith("head xxx") and message.endswith("xxx tail") and "characters cut" in message
     log = pathlib.Path(fault["log"])
     assert ("head " + "x" * 10_000_000 + " tail") in log.read_text()
+    # beside the results, for as long as they are kept (not pytest's base temp, which keeps three runs)
+    assert log.is_relative_to(pytester.path / "results" / paths.LOGS / SESSION.name), log
 
 
 @pytest.mark.usefixtures("session_env")
@@ -214,3 +217,113 @@ def test_fault(case):
     os.write = lambda fd, data: len(data)
 ''')
     assert cases["fault"]["outcome"] == "pass", cases["fault"]
+
+
+def results_of(pytester) -> pathlib.Path:
+    return paths.results_path(SESSION.name, pytester.path / "results")
+
+
+# In a planted case: wait until the session has written its first record (the first case's).
+AFTER_FIRST_RECORD = '''
+import pathlib, shutil, time
+
+RESULTS = pathlib.Path({results!r})
+
+
+def test_before(case):
+    case.check(torch.sin, torch.randn(3, requires_grad=True))
+
+
+def first_record_written():
+    deadline = time.monotonic() + 60
+    while not RESULTS.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+'''
+
+
+@pytest.mark.usefixtures("session_env")
+def test_what_a_case_writes_into_the_results_file_leaves_it_readable_and_is_counted(pytester):
+    # A line without its end and bytes that are not UTF-8, written among the records (O_APPEND or not,
+    # as a case's process would): the harness's next record starts a line of its own, whole.
+    cases = run_planted(pytester, AFTER_FIRST_RECORD.format(results=str(results_of(pytester))) + '''
+
+def test_fault(case):
+    first_record_written()
+    with open(RESULTS, "r+b") as results:
+        results.seek(0, 2)
+        results.write(b"\\xff\\xfe not a record, no line end")
+    case.check(torch.sin, torch.randn(3, requires_grad=True))
+''')
+    assert cases["fault"]["outcome"] == "pass", cases["fault"]
+    end = records.read(results_of(pytester), passed_over=lambda text: None)[-1]
+    assert end["kind"] == "end" and end["foreign"]["lines"] == 1, end
+    # after the session: what a process left running would write; the reader and the report still read it
+    with open(results_of(pytester), "ab") as results:
+        results.write(b'{"schema": 2, "kind": "case", "outc')
+    done = subprocess.run([sys.executable, "-m", "harness", "report", str(results_of(pytester).parent),
+                           "--out", str(pytester.path / "report")], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "2 line(s) that are not the harness's records passed over" in done.stderr, done.stderr
+
+
+@pytest.mark.usefixtures("session_env")
+def test_a_results_directory_removed_mid_session_is_made_again_with_the_whole_session(pytester):
+    cases = run_planted(pytester, AFTER_FIRST_RECORD.format(results=str(results_of(pytester))) + '''
+
+def test_fault(case):
+    first_record_written()
+    shutil.rmtree(RESULTS.parent)
+    case.check(torch.sin, torch.randn(3, requires_grad=True))
+''')
+    assert [cases[name]["outcome"] for name in ("before", "fault", "after")] == ["pass"] * 3, cases
+    end = records.read(results_of(pytester))[-1]
+    assert end["foreign"]["remade"] == 1 and end["counts"] == {"pass": 3}, end
+    suite = ElementTree.parse(results_of(pytester).with_suffix(".xml")).getroot().find("testsuite")
+    assert suite.get("tests") == "3", ElementTree.tostring(suite)
+
+
+@pytest.mark.usefixtures("session_env")
+def test_a_results_file_a_case_writes_first_is_not_kept_as_an_earlier_run(pytester):
+    cases = run_planted(pytester, f'''
+import pathlib
+
+
+def test_fault(case):
+    pathlib.Path({str(results_of(pytester))!r}).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path({str(results_of(pytester))!r}).write_text("written by a case\\n")
+    case.check(torch.sin, torch.randn(3, requires_grad=True))
+''')
+    assert cases["fault"]["outcome"] == "pass", cases["fault"]
+    previous = results_of(pytester).parent / paths.PREVIOUS
+    assert not list(previous.glob(f"*{paths.RESULTS_SUFFIX}")), list(previous.iterdir())
+    assert [p.read_text() for p in previous.glob("*.foreign")] == ["written by a case\n"]
+    assert records.read(results_of(pytester))[-1]["foreign"]["files"], "not counted"
+
+
+@pytest.mark.usefixtures("session_env")
+def test_control_characters_in_a_message_leave_the_junit_file_well_formed(pytester):
+    cases = run_planted(pytester, '''
+def test_fault(case):
+    raise AssertionError("colour \\x1b[31mred\\x1b[0m, NUL \\x00, bell \\x07, unit separator \\x1f, end")
+''')
+    assert cases["fault"]["outcome"] == "fail", cases["fault"]
+    suite = ElementTree.parse(results_of(pytester).with_suffix(".xml")).getroot().find("testsuite")
+    failure = next(c for c in suite.iter("testcase") if c.get("name") == "fault").find("failure")
+    assert "colour \\x1b[31mred\\x1b[0m, NUL \\x00, bell \\x07, unit separator \\x1f, end" in failure.get("message")
+
+
+@pytest.mark.usefixtures("session_env")
+def test_what_a_case_prints_past_the_log_limit_is_cut_and_its_record_says_so(pytester):
+    from harness.plugin.workerlog import CASE_LOG_LIMIT
+
+    cases = run_planted(pytester, f'''
+def test_fault(case):
+    os.write(1, b"head " + b"x" * {CASE_LOG_LIMIT + 2**20} + b" tail")
+    case.check(torch.sin, torch.randn(3, requires_grad=True))
+''')
+    fault = cases["fault"]
+    assert fault["outcome"] == "pass" and "bytes of what the case printed were cut" in fault["log_cut"], fault
+    log = pathlib.Path(fault["log"])
+    assert log.stat().st_size < CASE_LOG_LIMIT + 2**20, log.stat().st_size
+    text = log.read_bytes()
+    assert b"head xxx" in text and b"xxx tail" in text and b"cut here" in text

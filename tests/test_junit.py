@@ -88,3 +88,16 @@ def test_control_characters_in_a_message_leave_the_file_well_formed(tmp_path):
     assert failure.get("message") == ("RuntimeError colour \\x1b[31mred\\x1b[0m, a NUL \\x00, a bell \\x07, é and 😀 "
                                       "as they are")
     assert failure.text == "tail \\x1b[0m\\x00"
+
+
+def test_control_characters_anywhere_in_a_record_leave_the_file_well_formed(tmp_path):
+    # a family, a parameter, a reference, an environment field and a lone surrogate: every text XML writes
+    back = [{"kind": "environment", "session": "s\x1b", "torch": "2.15\x00"},
+            {"kind": "case", "case": "fam\x07ily/v[x=\x1b]", "family": "fam\x07ily", "outcome": "known",
+             "reference": "o/r#1\x00", "message": "lone \ud800 surrogate", "nodeid": "n\x0b",
+             "location": {"file": "f\x1b.py", "line": 3}}]
+    path = tmp_path / "s.xml"
+    junit.write(path, back)
+    case = ElementTree.parse(path).getroot().find("testsuite/testcase")
+    assert case.get("classname") == "fam\\x07ily" and case.get("file") == "f\\x1b.py"
+    assert case.find("skipped").get("message") == "known: o/r#1\\x00: lone \\xd800 surrogate"

@@ -1,17 +1,18 @@
 import json
 import os
 import re
+import shutil
 
 import pytest
 
-from harness.core import paths, records
+from harness.core import paths, records, resultsfile
 
 ENV = {"kind": "environment", "session": "s"}
 CASE = {"kind": "case", "case": "f/v", "outcome": "pass"}
 
 
 def test_written_records_read_back(tmp_path):
-    writer = records.ResultsWriter(tmp_path / "s.jsonl")
+    writer = resultsfile.ResultsWriter(tmp_path / "s.jsonl")
     writer.write(ENV)
     writer.write(CASE)
     # on disk before close: a killed run keeps what it wrote
@@ -23,10 +24,10 @@ def test_written_records_read_back(tmp_path):
 
 
 def test_a_second_run_keeps_the_first_file(tmp_path):
-    first = records.ResultsWriter(tmp_path / "s.jsonl")
+    first = resultsfile.ResultsWriter(tmp_path / "s.jsonl")
     first.write(ENV)
     first.close()
-    second = records.ResultsWriter(tmp_path / "s.jsonl")
+    second = resultsfile.ResultsWriter(tmp_path / "s.jsonl")
     second.close()
     kept = list((tmp_path / "previous").iterdir())
     assert len(kept) == 1 and records.read(kept[0])[0] == {"schema": 2, **ENV, "identity": records.identity("s")}
@@ -54,24 +55,45 @@ def test_unwritable_directory_is_a_clear_error(tmp_path):
         target = tmp_path / "file-not-dir"
         target.write_text("")
     with pytest.raises(records.ResultsError, match="cannot write results to"):
-        records.ResultsWriter(target / "s.jsonl")
+        resultsfile.ResultsWriter(target / "s.jsonl")
 
 
 @pytest.mark.parametrize(
     ("lines", "error"),
     [
-        ([json.dumps({"schema": 1, **ENV}), '{"schema": 1, "kind": "case", "outc'], r"s.jsonl:2: not a JSON record"),
         ([json.dumps({"schema": 1, **CASE})], r"s.jsonl:1: the file does not start with an environment record"),
         ([json.dumps({"schema": 99, **ENV})], r"s.jsonl:1: schema 99"),
-        ([json.dumps({"schema": 1, **ENV}), json.dumps({"schema": 1, **CASE, "outcome": "great"})], r"s.jsonl:2: unknown outcome"),
         (["[1, 2]"], r"s.jsonl:1: not a harness record"),
+        (['{"schema": 1, "kind": "environ'], r"s.jsonl:1: not a JSON record"),
     ],
 )
-def test_corrupt_file_names_file_and_line(tmp_path, lines, error):
+def test_a_file_that_is_not_a_results_file_names_file_and_line(tmp_path, lines, error):
     path = tmp_path / "s.jsonl"
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(records.ResultsError, match=error):
         records.read(path)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ('{"schema": 1, "kind": "case", "outc', "line 2: not a JSON record"),
+        (json.dumps({"schema": 99, **CASE}), "line 2: schema 99"),
+        (json.dumps({"schema": 1, **CASE, "outcome": "great"}), "line 2: unknown outcome 'great'"),
+        ("[1, 2]", "line 2: not a harness record"),
+        ("\udcff not utf-8", "line 2: not UTF-8 text"),
+    ],
+)
+def test_a_line_among_the_records_that_is_not_one_is_passed_over_and_said(tmp_path, line, why):
+    # A process a case started may write into the results file, after the session too: the file stays
+    # readable, and the reader says what it passed over.
+    path = tmp_path / "s.jsonl"
+    path.write_bytes("\n".join([json.dumps({"schema": 1, **ENV}), line, json.dumps({"schema": 1, **CASE})])
+                     .encode(errors="surrogateescape") + b"\n")
+    said = []
+    back = records.read(path, passed_over=said.append)
+    assert [r["kind"] for r in back] == ["environment", "case"]
+    assert len(said) == 1 and said[0].startswith(f"{path}: 1 line(s)") and why in said[0], said
 
 
 def test_find_case_passes_over_a_line_cut_by_a_kill(tmp_path):
@@ -89,7 +111,7 @@ def test_records_carry_no_path_of_this_machine(tmp_path):
     from tests.conftest import ROOT
 
     path = tmp_path / "s.jsonl"
-    writer = records.ResultsWriter(path)
+    writer = resultsfile.ResultsWriter(path)
     writer.write({"kind": "environment", "python_executable": sys.executable})
     writer.write({"kind": "case", "case": "f/v", "outcome": "fail",
                   "message": f"inline in skipfiles: {ROOT}/cases/test_f.py | inner {sys.prefix}/lib/x.py"})
@@ -147,7 +169,7 @@ def test_a_case_record_is_made_of_the_phase_data_a_report_carries():
 # --- size bounds ---------------------------------------------------------------------------------
 
 def written_line(tmp_path, case: dict) -> str:
-    writer = records.ResultsWriter(tmp_path / "s.jsonl")
+    writer = resultsfile.ResultsWriter(tmp_path / "s.jsonl")
     writer.write(ENV)
     writer.write({**CASE, **case})
     writer.close()
@@ -200,3 +222,37 @@ def test_a_short_record_is_written_as_it_is(tmp_path):
     written_line(tmp_path, case)
     record = records.read(tmp_path / "s.jsonl")[1]
     assert record["message"] == case["message"] and record["leaked"] == case["leaked"]
+
+
+def test_a_record_after_a_foreign_line_without_its_end_starts_a_line_of_its_own(tmp_path):
+    path = tmp_path / "s.jsonl"
+    writer = resultsfile.ResultsWriter(path)
+    writer.write(ENV)
+    with open(path, "a") as foreign:  # what a case's process writes into the file: no line end
+        foreign.write("not a record")
+    writer.write(CASE)
+    assert [r["kind"] for r in records.read(path, passed_over=lambda text: None)] == ["environment", "case"]
+    assert writer.count_foreign()["lines"] == 1 and writer.records()[1]["case"] == "f/v"
+
+
+def test_a_removed_directory_is_made_again_with_every_record(tmp_path):
+    path = tmp_path / "results" / "s.jsonl"
+    writer = resultsfile.ResultsWriter(path)
+    writer.write(ENV)
+    writer.write(CASE)
+    shutil.rmtree(path.parent)
+    writer.write({"kind": "end", "exitstatus": 0})
+    writer.close()
+    assert [r["kind"] for r in records.read(path)] == ["environment", "case", "end"] and writer.remade == 1
+
+
+def test_a_file_written_during_the_session_is_not_kept_as_an_earlier_run(tmp_path):
+    path = tmp_path / "s.jsonl"
+    earlier = resultsfile.file_identity(path)  # nothing there when the session started
+    path.write_text("a case wrote this\n")
+    writer = resultsfile.ResultsWriter(path, earlier=earlier)
+    writer.write(ENV)
+    writer.close()
+    assert not list((tmp_path / "previous").glob("*.jsonl"))
+    assert [p.read_text() for p in (tmp_path / "previous").glob("*.foreign")] == ["a case wrote this\n"]
+    assert writer.foreign["files"] and records.read(path)[0]["kind"] == "environment"

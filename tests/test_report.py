@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness.core import caseid, outcomes, records
+from harness.core import caseid, outcomes, records, resultsfile
 from harness.report import render, results
 from tests.conftest import ROOT
 
@@ -49,7 +49,7 @@ def write_session(directory, name, torch, cases, finished=True, python="3.11", g
     """`cases`: case id -> outcome, or -> a dict of the record's fields (outcome first); `environment`:
     fields of the environment record (`started`, `git_commit`, `cpu`) other than the defaults."""
     directory.mkdir(parents=True, exist_ok=True)
-    writer = records.ResultsWriter(directory / f"{name}.jsonl")
+    writer = resultsfile.ResultsWriter(directory / f"{name}.jsonl")
     writer.write({"kind": "environment", "session": name, "torch": torch, "lightning": lightning, "cuda": "12.4",
                   "python": python, "gpu": gpu, "started": "2026-11-22T03:00:00+00:00", "git_commit": "a2c391e",
                   **environment})

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from harness.core import matrix, paths, records, sessions
+from harness.core import matrix, paths, records, resultsfile, sessions
 from harness.core.outcomes import OUTCOMES
 from harness.tools.repro import collector, command as repro, op_example, script as repro_script
 from harness.tools.repro.property_example import chosen_example
@@ -87,7 +87,7 @@ def test_repro_prints_an_issue_with_the_versions_at_hand(tmp_path):
     case_id = "checkpoint/plain_checkpoint[cpu-aot_eager-fullgraph]"
     table = tmp_path / "results"
     for torch_version, session, outcome in (("2.4.1", "cpu_torch24", "fail"), ("2.5.1", "cpu_torch25", "pass")):
-        writer = records.ResultsWriter(table / f"{session}.jsonl")  # a results file as sessions write them
+        writer = resultsfile.ResultsWriter(table / f"{session}.jsonl")  # a results file as sessions write them
         writer.write({"kind": "environment", "session": session, "torch": torch_version})
         writer.write({"kind": "case", "case": case_id, "family": "checkpoint", "params": {}, "outcome": outcome,
                       "exc_type": None, "message": "", "upstream": [], "metrics": {}, "duration": 1.0, "nodeid": ""})

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness.core import matrix, records, sources
+from harness.core import matrix, records, resultsfile, sources
 from harness.plugin import environment, reuse
 from harness.report import render
 from tests.conftest import CHECKOUT_VENVS, ROOT, copy_project, run_nox
@@ -156,7 +156,7 @@ def nightly(directory: pathlib.Path, cpu_model: str, keys: dict) -> list[dict]:
     the keys of the machine that ran them."""
     measured = records.read(MEASURED)
     directory.mkdir()
-    writer = records.ResultsWriter(directory / f"{SESSION}.jsonl")
+    writer = resultsfile.ResultsWriter(directory / f"{SESSION}.jsonl")
     writer.write({**{k: v for k, v in measured[0].items() if k != "schema"}, "cpu": cpu_model, "reuse_keys": keys})
     for record in measured[1:]:
         writer.write({k: v for k, v in record.items() if k != "schema"})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harness.core import matrix, paths, records, sources, venvs
+from harness.core import matrix, paths, resultsfile, sources, venvs
 from harness.report import staleness
 from tests.conftest import ROOT, copy_project
 
@@ -30,7 +30,7 @@ def plant_rows(table, root, pins_of=None):
     now = sources.source_digests(root)
     for session in ROWS:
         spec = matrix.find(pins_of or session)
-        writer = records.ResultsWriter(paths.results_path(session, table))
+        writer = resultsfile.ResultsWriter(paths.results_path(session, table))
         writer.write({"kind": "environment", "session": session, "identity": matrix.find(session).identity,
                       "torch": spec.torch, "reuse_keys": {"checkpoint": "k"}, "reuse_sources": now,
                       "packages": [satisfying(r) for r in [*spec.requirements, *venvs.HARNESS_REQUIREMENTS]]})
@@ -79,7 +79,7 @@ def test_a_row_measured_with_other_pins_is_stale_in_every_family(tmp_path):
 
 
 def test_a_row_without_its_sources_is_stale(tmp_path):
-    writer = records.ResultsWriter(paths.results_path("cpu_torch213", tmp_path))
+    writer = resultsfile.ResultsWriter(paths.results_path("cpu_torch213", tmp_path))
     writer.write({"kind": "environment", "session": "cpu_torch213", "identity": matrix.find("cpu_torch213").identity,
                   "reuse_keys": {"checkpoint": "k"}})
     writer.close()

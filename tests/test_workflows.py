@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from harness.core import records
+from harness.core import resultsfile
 from tests.conftest import ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -189,7 +189,7 @@ def test_the_newest_cpu_row_comes_from_the_matrix_table(tmp_path):
 
 def write_session(directory, name, torch, outcomes):
     directory.mkdir(parents=True, exist_ok=True)
-    writer = records.ResultsWriter(directory / f"{name}.jsonl")
+    writer = resultsfile.ResultsWriter(directory / f"{name}.jsonl")
     writer.write({"kind": "environment", "session": name, "torch": torch, "lightning": "2.4.0", "cuda": "12.4"})
     for case, outcome in outcomes.items():
         writer.write({"kind": "case", "case": case, "family": case.split("/")[0],

@@ -25,8 +25,9 @@ def results_dir(root: str | os.PathLike = ROOT) -> pathlib.Path:
 
 # What the results directory holds besides the table (the sessions' results files), each folder named here
 # only: an earlier run's files kept when a run replaces them; each run's times (harness.core.timings);
-# what `repro`, `reduce`, `sweep` and `explore` write.
-PREVIOUS, TIMINGS, REPRO, REDUCE, SWEEP, EXPLORE = "previous", "timings", "repro", "reduce", "sweep", "explore"
+# the logs its records point to (logs_dir); what `repro`, `reduce`, `sweep` and `explore` write.
+PREVIOUS, TIMINGS, LOGS, REPRO, REDUCE, SWEEP, EXPLORE = ("previous", "timings", "logs", "repro", "reduce", "sweep",
+                                                          "explore")
 
 
 def results_subdir(name: str, directory: str | os.PathLike | None = None) -> pathlib.Path:
@@ -38,6 +39,13 @@ def results_subdir(name: str, directory: str | os.PathLike | None = None) -> pat
 def results_path(session: str, directory: str | os.PathLike | None = None) -> pathlib.Path:
     """Where a session's results file is: in `directory`, default the results directory."""
     return pathlib.Path(directory if directory is not None else results_dir()) / f"{session}{RESULTS_SUFFIX}"
+
+
+def logs_dir(session: str, run: str, directory: str | os.PathLike | None = None) -> pathlib.Path:
+    """Where one run of a session keeps the logs its records point to (`log`): beside its results, one
+    folder a run, so that an earlier run's records (moved to previous/) still point to logs that exist.
+    They live as long as the results do (pytest's base temporary directory keeps its last three runs)."""
+    return results_subdir(LOGS, directory) / session / run
 
 
 def results_files(directory: str | os.PathLike) -> list[pathlib.Path]:

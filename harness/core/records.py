@@ -1,4 +1,5 @@
-"""The record schema: every reader and writer of results goes through this module.
+"""The record schema: every reader and writer of results goes through this module (the file a
+session writes them into is harness.core.resultsfile's).
 
 A results file (harness.core.paths.results_path) holds one JSON record per line, appended and
 flushed as each case finishes: an `environment` record first (with the session's `identity`, from
@@ -15,7 +16,6 @@ import os
 import pathlib
 import sys
 import tempfile
-import time
 from typing import Optional, TypedDict
 
 from harness.core import paths
@@ -94,10 +94,11 @@ class EndRecord(TypedDict, total=False):
     counts: dict
     reused: int
     seconds: float
+    foreign: dict  # what the session found in its results file that it did not write (resultsfile), if anything
 
 
 CASE_KEYS = ("case", "family", "params", "outcome", "exc_type", "message", "reference", "declared")
-OPTIONAL_CASE_KEYS = ("attempts", "leaked", "output_tail", "reused_from", "workdir", "log")
+OPTIONAL_CASE_KEYS = ("attempts", "leaked", "output_tail", "reused_from", "workdir", "log", "log_cut")
 PHASE_PROPERTY = "harness"  # the name of a phase's data among the user_properties of pytest's report
 
 
@@ -114,6 +115,7 @@ class PhaseData(CaseIdentity, total=False):
     metrics: dict
     output_tail: str
     log: str  # the worker log that holds a text the record cut
+    log_cut: str  # how much of what the case printed its log no longer holds (harness.plugin.workerlog)
     workdir: str
     attempts: list
     leaked: list
@@ -266,82 +268,57 @@ class ResultsError(BadInput):
     """A results file cannot be written or read."""
 
 
-def check_writable(directory: pathlib.Path) -> None:
-    """ResultsError unless results can be written in `directory` (made if missing)."""
+def _record_of(line: bytes) -> tuple[dict | None, str]:
+    """(the record a results line holds, or None and why it is not one)."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except OSError as exc:
-        raise ResultsError(f"cannot write results to {directory}: {exc.strerror or exc}") from exc
+        record = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        return None, f"not a JSON record ({exc.msg})"
+    if not isinstance(record, dict) or "kind" not in record:
+        return None, "not a harness record (no 'kind')"
+    if record.get("schema") not in READABLE_SCHEMAS:
+        return None, (f"schema {record.get('schema')!r}, this harness reads "
+                      f"{', '.join(map(str, READABLE_SCHEMAS))}")
+    if record["kind"] == "case" and record.get("outcome") not in OUTCOMES:
+        return None, f"unknown outcome {record.get('outcome')!r}"
+    return upgrade(record), ""
 
 
-class ResultsWriter:
-    """Appends records to `path`; every record is on disk once `write` returns.
-
-    A file left by an earlier run of the same session is moved to `previous/`
-    beside it, never overwritten.
-    """
-
-    def __init__(self, path: pathlib.Path):
-        self.path = pathlib.Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            if self.path.exists():
-                self._keep_previous()
-            self._file = open(self.path, "x", encoding="utf-8")
-        except OSError as exc:
-            raise ResultsError(f"cannot write results to {self.path}: {exc.strerror or exc}") from exc
-
-    def _keep_previous(self) -> None:
-        previous = paths.results_subdir(paths.PREVIOUS, self.path.parent)
-        previous.mkdir(exist_ok=True)
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.path.stat().st_mtime))
-        target = previous / f"{self.path.stem}.{stamp}{paths.RESULTS_SUFFIX}"
-        n = 1
-        while target.exists():
-            target = previous / f"{self.path.stem}.{stamp}.{n}{paths.RESULTS_SUFFIX}"
-            n += 1
-        os.replace(self.path, target)
-
-    def write(self, record: dict) -> None:
-        """Any record read or built here, written as schema 2 (a carried schema 1 record is upgraded)."""
-        record = upgrade({"schema": record.get("schema", SCHEMA_VERSION), **record})
-        line = bounded_line(record)
-        self._file.write(line + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        self._file.close()
+def warn(text: str) -> None:
+    print(f"harness: warning: {text}", file=sys.stderr)
 
 
-def read(path: pathlib.Path) -> list[dict]:
-    """All records of a results file; ResultsError naming file and line on a bad one."""
-    records = []
+def read(path: pathlib.Path, passed_over=warn) -> list[dict]:
+    """All records of a results file. A file whose first line is not an environment record is not a
+    results file: ResultsError naming file and line. In one that is, a line that is not a record is
+    something else's (a process a case started may write into the file, even after the session
+    ended): it is passed over and said, `passed_over(text)` (default: a warning on stderr), never fatal."""
     path = pathlib.Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = path.read_bytes().split(b"\n")
+    except OSError as exc:
         raise ResultsError(f"{path}: cannot read: {exc}") from exc
+    found, foreign = [], []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ResultsError(f"{path}:{number}: not a JSON record ({exc.msg})") from exc
-        if not isinstance(record, dict) or "kind" not in record:
-            raise ResultsError(f"{path}:{number}: not a harness record (no 'kind')")
-        if record.get("schema") not in READABLE_SCHEMAS:
-            raise ResultsError(f"{path}:{number}: schema {record.get('schema')!r}, this harness reads "
-                               f"{', '.join(map(str, READABLE_SCHEMAS))}")
-        if record["kind"] == "case" and record.get("outcome") not in OUTCOMES:
-            raise ResultsError(f"{path}:{number}: unknown outcome {record.get('outcome')!r}")
-        records.append(upgrade(record))
-    if not records or records[0]["kind"] != "environment":
+        record, why = _record_of(line)
+        if record is None and not found:
+            raise ResultsError(f"{path}:{number}: {why}")
+        if not found and record["kind"] != "environment":
+            raise ResultsError(f"{path}:{number}: the file does not start with an environment record")
+        if record is None:
+            foreign.append(f"line {number}: {why}")
+        else:
+            found.append(record)
+    if not found:
         raise ResultsError(f"{path}:1: the file does not start with an environment record")
-    return records
+    if foreign:
+        passed_over(f"{path}: {len(foreign)} line(s) that are not the harness's records passed over "
+                    f"({'; '.join(foreign[:3])}{'; ...' if len(foreign) > 3 else ''})")
+    return found
 
 
 def find_case(path: pathlib.Path, case_id: str) -> tuple[dict | None, dict | None]:

@@ -38,16 +38,16 @@ def testcase(record: dict) -> ElementTree.Element:
               "nodeid": record.get("nodeid") or "", "reused_from": (record.get("reused_from") or {}).get("started", "")}
     for key, value in values.items():
         if value:
-            ElementTree.SubElement(properties, "property", name=key, value=xml_text(value))
+            ElementTree.SubElement(properties, "property", name=key, value=value)
     status = OUTCOMES[record["outcome"]].junit
-    message = xml_text(" ".join(filter(None, [record.get("exc_type"), record.get("message")])))
+    message = " ".join(filter(None, [record.get("exc_type"), record.get("message")]))
     if status == "skipped":
         detail = record.get("reference") or ""
         ElementTree.SubElement(case, "skipped", type=record["outcome"],
                                message=f"{record['outcome']}: {detail}: {message}" if detail else message)
     elif status in ("failure", "error"):
         element = ElementTree.SubElement(case, status, type=record["outcome"], message=message)
-        element.text = xml_text(record.get("output_tail") or message)
+        element.text = record.get("output_tail") or message
     return case
 
 
@@ -67,6 +67,10 @@ def render(records: list[dict]) -> str:
     suite.extend(testcase(r) for r in cases)
     root = ElementTree.Element("testsuites")
     root.append(suite)
+    for element in root.iter():  # every text a record gave, names and paths included: one escape for all
+        element.attrib = {key: xml_text(value) for key, value in element.attrib.items()}
+        if element.text is not None:
+            element.text = xml_text(element.text)
     ElementTree.indent(root)
     return ElementTree.tostring(root, encoding="unicode") + "\n"
 

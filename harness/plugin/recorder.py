@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from harness.core import caseid, matrix, outcomes, paths, records, timings, versions
+from harness.core import caseid, matrix, outcomes, paths, records, resultsfile, timings, versions
 from harness.core.sessions import SESSION_ENV, WORKERS_BASIS_ENV
 from harness.plugin import junit, workerlog
 
@@ -81,6 +81,7 @@ class ResultsRecorder:
         self.locations: dict[str, dict] = {}  # nodeid -> {"file", "line"} of its test function
         self.counts: dict[str, int] = {}
         self.worker_dir = None
+        self.times: dict = {"cases": {}}  # the session's times (harness.core.timings), held for its JUnit file
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session):
@@ -89,18 +90,23 @@ class ResultsRecorder:
         directory = self.config.getoption("results_dir") or paths.results_dir(self.config.rootpath)
         self.path = paths.results_path(self.name, directory)
         try:
-            records.check_writable(self.path.parent)
+            resultsfile.check_writable(self.path.parent)
         except records.ResultsError as exc:
             raise pytest.UsageError(str(exc)) from None
         # The file itself is opened with the first record: a run that records nothing
-        # (a usage error, nothing collected) leaves an earlier file where it was.
+        # (a usage error, nothing collected) leaves an earlier file where it was. What is there now is
+        # that earlier run's; a file there later that is not this one was written by a case.
+        self.earlier = resultsfile.file_identity(self.path)
         self.environment = EnvironmentProbe(self.name)
         plan = self.config.getoption("reuse_plan")
         self.plan = json.loads(pathlib.Path(plan).read_text()) if plan else None
         self.started = time.time()
-        # The workers' logs: what every case printed, in full (a record keeps the ends of a long text
-        # and names its log). Kept with pytest's base temporary directory, its last three runs.
-        self.worker_dir = self.config._tmp_path_factory.mktemp(f"harness-{self.name}-logs")
+        # The workers' logs: what every case printed (a record keeps the ends of a long text and names
+        # its log), beside the results, as long as they are kept (pytest's base temporary directory
+        # keeps its last three runs only).
+        run = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.started)) + f"-{os.getpid()}"
+        self.worker_dir = paths.logs_dir(self.name, run, directory)
+        self.worker_dir.mkdir(parents=True, exist_ok=True)
 
     # --- xdist: the controller's view of its workers ---
 
@@ -145,7 +151,7 @@ class ResultsRecorder:
         record, times = timings.split(record)
         if self.writer is None:
             try:
-                self.writer = records.ResultsWriter(self.path)
+                self.writer = resultsfile.ResultsWriter(self.path, earlier=self.earlier)
             except records.ResultsError as exc:
                 raise pytest.UsageError(str(exc)) from None
             self.timings = timings.Writer(self.path)
@@ -158,6 +164,10 @@ class ResultsRecorder:
         self.writer.write(record)
         if times is not None and not record.get("reused_from"):  # a carried record was not timed in this run
             self.timings.write(times)
+            if times["kind"] == "case":
+                self.times["cases"][times["case"]] = {k: v for k, v in times.items() if k not in ("kind", "case")}
+            else:
+                self.times.update({k: v for k, v in times.items() if k != "kind"})
 
     def pytest_runtest_logstart(self, nodeid, location):
         """Where the case's function is (xdist forwards this before the case runs: a crash has it too)."""
@@ -202,11 +212,28 @@ class ResultsRecorder:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a failure stays one when it is carried over
         if self.writer is None:
             return
-        self._write(records.end_record(int(session.exitstatus), self.counts, len(carried),
-                                       round(time.time() - self.started, 2)))
-        self.writer.close()
-        self.timings.close()
-        junit.write(self.path.with_suffix(".xml"), timings.merged(records.read(self.path), timings.read(self.path)))
+        end = records.end_record(int(session.exitstatus), self.counts, len(carried),
+                                 round(time.time() - self.started, 2))
+        foreign = self.writer.count_foreign()
+        if foreign["lines"] or foreign["files"] or self.writer.remade:
+            end["foreign"] = {**foreign, "remade": self.writer.remade}
+            records.warn(f"{self.path}: written into by something other than the harness during the session: "
+                         f"{foreign['lines']} foreign line(s), {len(foreign['files'])} file(s) set aside, "
+                         f"made again {self.writer.remade} time(s)")
+        try:
+            self._write(end)
+        except (records.ResultsError, pytest.UsageError) as exc:  # the records so far are on disk; say what was not
+            self.config.get_terminal_writer().line(f"ERROR: harness: the end record was not written: {exc}", red=True)
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        finally:
+            self.writer.close()
+            self.timings.close()
+        # From the session's own records: never from the file, which a case's process may have changed.
+        try:
+            junit.write(self.path.with_suffix(".xml"), timings.merged(self.writer.records(), self.times))
+        except OSError as exc:
+            self.config.get_terminal_writer().line(f"ERROR: harness: no JUnit file written: {exc}", red=True)
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
     def pytest_terminal_summary(self, terminalreporter):
         if self.environment is not None:

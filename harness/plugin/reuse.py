@@ -37,7 +37,7 @@ import shutil
 import subprocess
 import sys
 
-from harness.core import caseid, limits, matrix, outcomes, paths, records, timings
+from harness.core import caseid, limits, matrix, outcomes, paths, records, resultsfile, timings
 from harness.core.sources import family_files, source_digests
 from harness.core.errors import BadInput
 from harness.plugin import junit
@@ -192,7 +192,7 @@ def carry_everything(the_plan: dict, path: pathlib.Path) -> None:
     reused_from = previous.get("reused_from") or {"started": previous.get("started"),
                                                   "git_commit": previous.get("git_commit")}
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    writer = records.ResultsWriter(path)
+    writer = resultsfile.ResultsWriter(path)
     writer.write({**{k: v for k, v in previous.items() if k != "schema"}, "started": now,
                   "git_commit": git_commit(), "reuse_keys": the_plan["keys"], "reuse_sources": the_plan["sources"],
                   "reused_from": reused_from})
@@ -202,7 +202,7 @@ def carry_everything(the_plan: dict, path: pathlib.Path) -> None:
         counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
     writer.write(records.end_record(exit_status(the_plan["carried"]), counts, len(the_plan["carried"])))
     writer.close()
-    junit.write(path.with_suffix(".xml"), records.read(path))
+    junit.write(path.with_suffix(".xml"), writer.records())
 
 
 def exit_status(carried: list[dict]) -> int:

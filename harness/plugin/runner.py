@@ -328,7 +328,7 @@ class CaseRunner:
     def pytest_runtest_protocol(self, item, nextitem):
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         reruns = rerun_count(item, self.reruns)
-        attempts, leaked = [], []
+        attempts, leaked, log_cut = [], [], []
         while True:
             if self.log is not None:
                 self.log.case_started(case_identity(item), time_limit(item))
@@ -341,6 +341,8 @@ class CaseRunner:
                 finally:
                     outside = self.caches.leave_case()
                 left = left + outside
+            if self.log is not None:
+                log_cut += filter(None, [self.log.bound_case()])
             leaked += [thing for thing in left if thing not in leaked]
             final = _outcome_of(reports)
             attempts.append({k: final[k] for k in ("outcome", "exc_type", "message")})
@@ -357,6 +359,8 @@ class CaseRunner:
                     data["outcome"] = "flaky"
             if data is not None and leaked:
                 data["leaked"] = leaked
+            if data is not None and log_cut:
+                data.update(log_cut="; ".join(log_cut), log=str(self.log.path))
             item.ihook.pytest_runtest_logreport(report=report)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True

@@ -5,6 +5,11 @@ A worker sends its fd 1 and 2, and faulthandler's reports, to `<dir>/<worker>.lo
 case it starts there and in `<dir>/<worker>.current`. When xdist reports the worker dead, the
 controller reads what the dead case printed, and harness.core.outcomes.crash_summary picks its most
 telling line.
+
+The log lives beside the results (harness.core.paths.logs_dir), and what one attempt of a case printed
+is kept to CASE_LOG_LIMIT bytes there: past it, its middle is cut once the attempt ends (its start, with
+the case's start mark, and its end, with how it ended, stay), and the record says how much (`log_cut`).
+A worker that dies mid-case leaves that case's part whole.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import time
 from harness.core import records
 
 START_MARK = "=== harness: start "
+CASE_LOG_LIMIT = 64 * 2**20  # bytes of the log one attempt of a case keeps: a 10 MB message twice, whole
 
 
 class WorkerLog:
@@ -26,22 +32,49 @@ class WorkerLog:
         self.current = pathlib.Path(directory) / f"{worker}.current"
         self.file = None
         self.noted = {}
+        self.case_start = 0  # where the running attempt's part of the log begins
 
     def capture(self) -> None:
         """Point fd 1 and 2 and faulthandler at the log. pytest captures at sys level only
         (--capture=tee-sys), so everything a case prints, C code included, lands there.
         faulthandler must be pointed again: pytest's own plugin enabled it on a copy of the
         original stderr before this plugin was loaded."""
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)  # read too: _made_again
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+        if self.file is not None:
+            self.file.close()
         self.file = open(self.path, "a", buffering=1, encoding="utf-8", errors="replace")
         faulthandler.enable(file=self.file, all_threads=True)
 
+    def _made_again(self) -> None:
+        """The log (or the results directory it lies in) was removed, by a case say: made again with
+        what this worker's descriptor still holds, so that the records that name it stay true."""
+        mine = os.fstat(2)
+        try:
+            found = os.stat(self.path)
+            if (found.st_dev, found.st_ino) == (mine.st_dev, mine.st_ino):
+                return
+        except OSError:
+            pass
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        held = os.pread(2, mine.st_size, 0) if mine.st_size else b""
+        self.path.write_bytes(held)
+        self.capture()
+
     def case_started(self, identity: dict, time_limit: float | None) -> None:
+        if self.file is not None:
+            self._made_again()
+        self.case_start = _size(self.path)
         os.write(2, f"\n{START_MARK}{identity['nodeid']}\n".encode())
         self.noted = {"identity": identity, "started": time.time(), "time_limit": time_limit, "metrics": {}}
+        self._note()
+
+    def _note(self) -> None:
+        """What the running case noted so far, where the controller finds it if the worker dies; its
+        folder made again if a case removed it (with the results directory)."""
+        self.current.parent.mkdir(parents=True, exist_ok=True)
         self.current.write_text(json.dumps(self.noted, default=str))
 
     def measured(self, nodeid: str) -> dict:
@@ -56,7 +89,34 @@ class WorkerLog:
     def phase_done(self, metrics: dict) -> None:
         """Keep what the case measured so far: its record keeps it if a later phase dies."""
         self.noted["metrics"].update(metrics)
-        self.current.write_text(json.dumps(self.noted, default=str))
+        self._note()
+
+
+    def bound_case(self) -> str | None:
+        """Cut the middle of what the attempt that just ended printed, where it is over CASE_LOG_LIMIT:
+        how much was cut, for its record; None when nothing was."""
+        end = _size(self.path)
+        if end - self.case_start <= CASE_LOG_LIMIT:
+            return None
+        keep = CASE_LOG_LIMIT // 2
+        cut = end - self.case_start - 2 * keep
+        marker = f"\n[... harness: {cut:,} bytes of what this case printed cut here ...]\n".encode()
+        fd = os.open(self.path, os.O_RDWR)  # not O_APPEND: written in place, over the cut middle
+        try:
+            tail = os.pread(fd, keep, end - keep)
+            os.pwrite(fd, marker + tail, self.case_start + keep)
+            os.ftruncate(fd, self.case_start + keep + len(marker) + len(tail))
+        finally:
+            os.close(fd)
+        return (f"{cut:,} bytes of what the case printed were cut from the middle of its log "
+                f"(each attempt keeps {CASE_LOG_LIMIT:,})")
+
+
+def _size(path: pathlib.Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def case_output(log: WorkerLog, nodeid: str) -> str:
