@@ -69,3 +69,14 @@ def test_unknown_case_is_an_error_and_keeps_earlier_results(pytester, tmp_path, 
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines(["ERROR: unknown case test_family.py::test_aftr"])
     assert (out / "s.jsonl").read_text() == "earlier results\n"
+
+
+def test_an_earlier_runs_logs_go_once_no_record_names_them(tmp_path):
+    from harness.plugin import workerlog
+    logs = tmp_path / "logs" / "cpu_torch215"
+    earlier, carried, current = (logs / run for run in ("20261126T010000-1", "20261126T020000-2", "20261127T010000-3"))
+    for folder in (earlier, carried, current):
+        folder.mkdir(parents=True)
+        (folder / "gw0.log").write_text("printed")
+    removed = workerlog.prune(current, [None, str(carried / "gw0.log")])  # a carried record names its run's log
+    assert removed == [earlier] and carried.is_dir() and current.is_dir() and not earlier.exists()

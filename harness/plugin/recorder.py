@@ -234,6 +234,7 @@ class ResultsRecorder:
         except OSError as exc:
             self.config.get_terminal_writer().line(f"ERROR: harness: no JUnit file written: {exc}", red=True)
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        workerlog.prune(self.worker_dir, [record.get("log") for record in self.writer.records()])
 
     def pytest_terminal_summary(self, terminalreporter):
         if self.environment is not None:

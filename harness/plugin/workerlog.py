@@ -18,6 +18,7 @@ import faulthandler
 import json
 import os
 import pathlib
+import shutil
 import time
 
 from harness.core import records
@@ -91,7 +92,6 @@ class WorkerLog:
         self.noted["metrics"].update(metrics)
         self._note()
 
-
     def bound_case(self) -> str | None:
         """Cut the middle of what the attempt that just ended printed, where it is over CASE_LOG_LIMIT:
         how much was cut, for its record; None when nothing was."""
@@ -110,6 +110,17 @@ class WorkerLog:
             os.close(fd)
         return (f"{cut:,} bytes of what the case printed were cut from the middle of its log "
                 f"(each attempt keeps {CASE_LOG_LIMIT:,})")
+
+
+def prune(current: pathlib.Path, named: list) -> list[pathlib.Path]:
+    """Logs live as long as the results that point to them: remove the folders of the session's earlier
+    runs (`current`'s siblings) that no record of its results file names (`named`: the records' `log`;
+    a carried record names the log of the run that measured it). The removed folders."""
+    kept = {current.resolve(), *(pathlib.Path(log).resolve().parent for log in named if log)}
+    removed = [folder for folder in current.parent.iterdir() if folder.is_dir() and folder.resolve() not in kept]
+    for folder in removed:
+        shutil.rmtree(folder, ignore_errors=True)
+    return removed
 
 
 def _size(path: pathlib.Path) -> int:
