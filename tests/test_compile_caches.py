@@ -46,6 +46,18 @@ def test_leaves_a_tampered_kernel(case):
 
 def test_computes_triple(case):
     assert torch.compile(triple, backend="inductor")(torch.ones(4)).tolist() == [3.0] * 4
+
+
+def test_compiles_with_headers_of_its_own(case):
+    # inductor's precompiled headers go under the temporary directory, not TORCHINDUCTOR_CACHE_DIR
+    import tempfile
+    from torch._inductor import codecache
+
+    own = os.path.realpath(os.path.dirname(os.environ["TORCHINDUCTOR_CACHE_DIR"])) + os.sep
+    assert os.path.realpath(tempfile.gettempdir()).startswith(own), tempfile.gettempdir()
+    headers = getattr(codecache, "_HEADER_DIR", None)  # torch 2.8 on
+    assert headers is None or os.path.realpath(headers).startswith(own), headers
+    assert torch.compile(lambda x: (x.sin() * 2).cos(), backend="inductor")(torch.zeros(4)).tolist() == [1.0] * 4
 '''
 
 # What a fresh process computes when it compiles `triple` with a given cache directory.
@@ -76,13 +88,20 @@ def test_two_cases_cannot_communicate_through_a_compile_cache(pytester, tmp_path
     result, path, _ = run_session_command(pytester, planted, "--timeout=300")
     cases = by_variant(case_records(path))
     assert {name: record["outcome"] for name, record in cases.items()} == {
-        "leaves_a_tampered_kernel": "pass", "computes_triple": "pass"}, result.stdout.str()[-3000:]
+        "leaves_a_tampered_kernel": "pass", "computes_triple": "pass", "compiles_with_headers_of_its_own": "pass"
+    }, result.stdout.str()[-3000:]
     assert not any(record.get("leaked") for record in cases.values()), cases
     # The artifact is real: a process served from the first case's cache gets the planted program.
     first = CaseCaches(caches, "gw0").case_directory(cases["leaves_a_tampered_kernel"]["case"])
     assert served_from(first / "inductor") == [1003.0] * 4
     second = CaseCaches(caches, "gw0").case_directory(cases["computes_triple"]["case"])
     assert served_from(second / "inductor") == [3.0] * 4
+    # The precompiled header the case compiled with is in its own directory: a link to the warm-up's
+    # (torch's headers only, built once), never one that another case built.
+    worker = CaseCaches(caches, "gw0")
+    headers = worker.case_directory(cases["compiles_with_headers_of_its_own"]["case"])
+    built = list((headers / "tmp").rglob("*.gch"))
+    assert built and all(path.samefile(worker.warm_up / path.relative_to(headers)) for path in built), built
     # The session ran with torch's own cache defaults, and its environment record says which were on.
     environment = records.read(path)[0]["compile_caches"]
     assert environment["flags"]["fx_graph_cache"] is True and "TORCHINDUCTOR_FX_GRAPH_CACHE" not in environment["env"]

@@ -72,6 +72,14 @@ def family_of(path: str | os.PathLike) -> str:
     return without_test_prefix(pathlib.PurePath(str(path)).stem)
 
 
+def source_family(path: str) -> str | None:
+    """The family whose case file a source is, by its path from the checkout's root ('/'-separated, as
+    results keep their sources): `cases/test_checkpoint.py` -> `checkpoint`; None for a source every
+    family shares (the harness, cases/conftest.py, cases/programs/)."""
+    pure = pathlib.PurePosixPath(path)
+    return family_of(pure) if pure.parent.name == "cases" and pure.name.startswith(TEST_PREFIX) else None
+
+
 def family_files(cases: pathlib.Path = paths.CASES) -> dict[str, pathlib.Path]:
     """Every family and its case file, by family name."""
     return {family_of(p): p for p in sorted(pathlib.Path(cases).glob(f"{TEST_PREFIX}*.py"))}

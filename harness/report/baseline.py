@@ -4,7 +4,6 @@ complete results file."""
 
 from __future__ import annotations
 
-import pathlib
 
 from harness.core import caseid
 from harness.core.outcomes import DECLARED, FAILING, HARD, PASSING
@@ -51,12 +50,7 @@ def ran_the_same(old: SessionResult, now: SessionResult, family: str | None) -> 
     then, found = old.environment.get("reuse_sources"), now.environment.get("reuse_sources")
     if not then or not found or old.environment.get("packages") != now.environment.get("packages"):
         return False
-    return all(then.get(path) == found.get(path) for path in {*then, *found} if _case_file_family(path) in (None, family))
-
-
-def _case_file_family(path: str) -> str | None:
-    """The family whose case file `path` is; None for a source the families share."""
-    return caseid.family_of(path) if pathlib.PurePosixPath(path).name.startswith(caseid.TEST_PREFIX) else None
+    return all(then.get(path) == found.get(path) for path in {*then, *found} if caseid.source_family(path) in (None, family))
 
 
 def _outcome(session: SessionResult, case: str) -> str:

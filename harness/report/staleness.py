@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from harness.core import envcheck, matrix, paths, records, sources, venvs
+from harness.core import caseid, envcheck, matrix, paths, records, sources, venvs
 
 ALL = "every family"
 
@@ -48,7 +48,6 @@ def stale_rows(table: pathlib.Path | None = None, now: dict | None = None,
     does not say what it was measured with (a narrowed run, results made by hand) is left out."""
     table = paths.results_dir(root) if table is None else table
     now = sources.source_digests(root) if now is None else now
-    families = {path.relative_to(root).as_posix(): family for family, path in sources.family_files(root).items()}
     found = []
     for path in paths.results_files(table):
         environment = records.read(path)[0]
@@ -64,10 +63,8 @@ def stale_rows(table: pathlib.Path | None = None, now: dict | None = None,
         changes = sources.source_changes(environment["reuse_sources"], now)
         installs = installs_differ(environment)
         changed_files = [change.split(" ", 1)[1] for change in changes]
-        if installs or any(path not in families for path in changed_files):
-            stale = [ALL]
-        else:
-            stale = sorted({families[path] for path in changed_files})
+        families = {caseid.source_family(path) for path in changed_files}
+        stale = [ALL] if installs or None in families else sorted(families)
         if changes or installs:
             found.append(StaleRow(session, stale, [*changes, *installs]))
     return found
