@@ -151,6 +151,48 @@ def test_the_planted_file_through_nox_leaves_honest_bounded_records_and_a_clean_
     assert status == "", status
 
 
+CHANNELS = ROOT / "tests" / "planted" / "harness_channels.py"
+
+
+@pytest.mark.slow
+@CHECKOUT_VENVS
+def test_faults_at_the_harness_channels_through_nox_leave_honest_records_and_no_process(tmp_path):
+    project = copy_project(tmp_path / "project")
+    (project / "tests" / "planted").mkdir(parents=True)
+    shutil.copy2(CHANNELS, project / "tests" / "planted" / CHANNELS.name)
+    results = tmp_path / "results"
+    done = run_nox(project, "-s", SESSION.name, "--", f"tests/planted/{CHANNELS.name}", "--timeout", "60",
+                   results=results)
+    assert done.returncode == 1, done.stderr[-3000:]  # the control characters' case fails the session
+    path = paths.results_path(SESSION.name, results)
+    passed_over = []
+    read = records.read(path, passed_over=passed_over.append)
+    cases = by_variant([record for record in read if record.get("kind") == "case"])
+    wanted = {name: "pass" for name in ("daemon_holds_the_report_pipe", "after_daemon",
+                                        "replaces_what_the_harness_sends_with", "after_replacing",
+                                        "writes_into_the_results_file", "daemon_writes_into_the_results_file_later",
+                                        "removes_the_results_directory", "after_removing",
+                                        "starts_a_session_of_its_own", "after_control_characters")}
+    wanted["control_characters_in_its_message"] = "fail"
+    assert {name: record["outcome"] for name, record in cases.items()} == wanted, done.stderr[-3000:]
+    for name in ("daemon_holds_the_report_pipe", "daemon_writes_into_the_results_file_later",
+                 "starts_a_session_of_its_own"):
+        assert any("killed after the case" in text for text in cases[name]["leaked"]), cases[name]
+    end = read[-1]
+    assert end["kind"] == "end" and end["foreign"]["lines"] >= 1 and end["foreign"]["remade"] >= 1, end
+    assert all(pathlib.Path(record["log"]).is_file() for record in cases.values() if record.get("log")), cases
+    ElementTree.parse(path.with_suffix(".xml"))  # well-formed, whatever the messages held
+    report = run_nox(project, "-s", "report", "--", str(results), "--out", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stderr[-2000:]
+    # no process of the run is left: neither those the cases started nor any naming the project
+    pids = (project / "tests" / "planted" / CHANNELS.name).with_suffix(".pids").read_text().split()
+    assert len(pids) == 3, pids
+    left = subprocess.run(["ps", "-o", "pid=,args=", "-p", ",".join(pids)], capture_output=True, text=True).stdout
+    everyone = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
+    left += "".join(line for line in everyone.splitlines(keepends=True) if str(project) in line)
+    assert left == "", left
+
+
 def test_a_missing_dependency_is_one_line_for_every_command(tmp_path):
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
