@@ -60,6 +60,14 @@ def findings(args) -> int:
     return 1 if args.check and differed else 0
 
 
+def regressions(args) -> int:
+    """Each finding's regression tests in each row's venv, held to the committed table (harness.tools.regressions)."""
+    from harness.tools import regressions as held
+
+    return held.check(args.sessions, python=args.python, results=pathlib.Path(args.results) if args.results else None,
+                      numbers=args.finding)
+
+
 def report(args) -> int:
     """Write the report; its exit status is the nightly's: 1 for each reason printed (an expected
     session without a complete results file; a regression or a new failing case against the
@@ -192,6 +200,14 @@ def parser() -> argparse.ArgumentParser:
                               "root cause, proposed fix and upstream search from findings.toml and fixes/")
     fnd.add_argument("--check", action="store_true", help="write nothing; exit 1 when an issue text differs")
     fnd.set_defaults(func=findings)
+    reg = commands.add_parser("regressions", help="run each finding's regression tests in each row's venv and hold "
+                              "them to what the table says of that row (exit 1 where one disagrees)")
+    reg.add_argument("sessions", nargs="+", metavar="SESSION", help="rows of the table, e.g. cpu_torch215")
+    reg.add_argument("--python", metavar="PYTHON", help="with one session: an interpreter with the row's torch "
+                     "(default: the session's venv under .nox)")
+    reg.add_argument("--finding", type=int, action="append", metavar="N", help="only finding N (repeatable)")
+    reg.add_argument("--results", metavar="DIR", help="the table (default: the results dir)")
+    reg.set_defaults(func=regressions)
     rep = commands.add_parser("report", help="merge results files into REPORT.md, report.html, report.json")
     rep.add_argument("dirs", nargs="*", metavar="DIR", help="directories of *.jsonl results (default: results)")
     rep.add_argument("--baseline", nargs="+", metavar="DIR", help="results of an earlier run to compare with")

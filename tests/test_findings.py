@@ -2,7 +2,6 @@
 on exactly one card of the committed table, with its reduced script, issue text and upstream search;
 a finding whose failure changed shape is said, never left on a card it no longer describes."""
 
-import os
 import re
 import shutil
 import subprocess
@@ -131,32 +130,43 @@ def test_each_issue_text_carries_its_root_cause_fix_and_upstream_search_from_the
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "issue text is missing" in done.stderr, done.stderr
 
 
-def test_each_regression_test_fails_on_the_newest_rows_torch_as_the_table_says(tmp_path):
-    # A regression test guards a fix torch does not have yet: on the tests venv's torch (the newest
-    # row's), where the committed table has each finding failing, each test file must fail, and fail
-    # as a test (an assertion or the bug's own error), not by being broken (a collection error). One
-    # pytest process runs them all, its compiles in a cache directory of its own.
-    import xml.etree.ElementTree as ElementTree
+def regressions_command(*args) -> subprocess.CompletedProcess:
+    """`python -m harness regressions ARGS` as users run it, on the newest row, whose torch the tests venv holds."""
+    from tests.test_isolation import SESSION
 
-    import torch
+    return subprocess.run([sys.executable, "-m", "harness", "regressions", SESSION.name, "--python", sys.executable,
+                           *args], cwd=paths.ROOT, capture_output=True, text=True, timeout=1800)
 
-    data = render.build([paths.ROOT / "results"])
-    assert torch.__version__.split("+")[0] == data["newest"][0]["torch"].split("+")[0]
-    on_cards = {card["finding"]["regression_test"] for card in data["failing"] if card["finding"]
-                and card["finding"]["regression_test"]}
-    tests = sorted((paths.ROOT / "results" / "reductions" / "fixes").glob("test_*.py"))
-    assert {f"results/reductions/fixes/{t.name}" for t in tests} == on_cards
-    report, here = tmp_path / "junit.xml", tmp_path / "tests"  # copied: the project's pytest settings stay out
-    here.mkdir()
-    for test in tests:
-        shutil.copy2(test, here / test.name)
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                    f"--rootdir={here}", *[t.name for t in tests]], cwd=here, capture_output=True, text=True,
-                   timeout=1800, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
-    failed: dict[str, int] = {}
-    for case in ElementTree.parse(report).getroot().iter("testcase"):
-        assert case.find("error") is None, (case.get("classname"), case.get("name"))
-        module = case.get("classname").split(".")[0]
-        failed[module] = failed.get(module, 0) + (case.find("failure") is not None)
-    assert failed.keys() == {t.stem for t in tests}, failed
-    assert all(failed.values()), {m: n for m, n in failed.items() if not n}  # each file: a test that fails
+
+def test_each_regression_test_agrees_with_the_newest_row_of_the_table():
+    # Every finding holds a cell on the newest row: each test that runs the table's program or meets
+    # the cause must fail there, as a test (a file that cannot be collected disagrees), and each check
+    # of what a fix must keep working must pass. The other rows: docs/findings.md, and the nightly.
+    done = regressions_command()
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr
+    assert "every regression test agrees with the table" in done.stdout
+    assert done.stdout.count(": failed, the table expects fail: agrees") >= 8, done.stdout
+
+
+def test_a_regression_test_that_fails_where_the_table_has_no_bug_disagrees(tmp_path):
+    # The same row with finding 1's cells passing: its table-program test still fails, which now
+    # disagrees; its cause test may fail there (the cause is older than the cells), and says so.
+    import json
+
+    from tests.test_isolation import SESSION
+
+    table = tmp_path / "results"
+    table.mkdir()
+    lines = []
+    for line in paths.results_path(SESSION.name).read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") == "case" and record["case"].startswith("empty_init/copy_copy_in_compiled_fn_under_mode["):
+            record.update(outcome="pass", message=None, exc_type=None)
+        lines.append(json.dumps(record))
+    paths.results_path(SESSION.name, table).write_text("\n".join(lines) + "\n")
+    done = regressions_command("--finding", "1", "--results", str(table))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("finding 1 [absent] test_copy_of_a_tensor_under_a_torch_function_mode: failed, the table expects pass: "
+            "DISAGREES") in done.stdout, done.stdout
+    assert "test_method_wrapper_of_another_getset_descriptor: failed, the table expects fail or pass: agrees (the " \
+           "cause, older than the table's cells)" in done.stdout, done.stdout

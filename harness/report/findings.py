@@ -39,6 +39,9 @@ class Finding:
     cause: str | None = None  # the root cause in torch's source, where it was found (docs/findings.md shows how)
     searched: tuple[str, ...] = ()  # the queries run on the upstream tracker
     related: tuple[str, ...] = ()  # upstream threads near it, each with what it is
+    # What each test of its regression test file is held to on each row (harness.tools.regressions):
+    # by test name, "cause" or a case-id prefix; a test not named runs the table's own program.
+    tests: tuple[tuple[str, str], ...] = ()
 
     @property
     def stem(self) -> str:
@@ -89,9 +92,10 @@ def load(path: pathlib.Path = CATALOGUE) -> list[Finding]:
         table = tomllib.loads(path.read_text())
         return [Finding(int(f["number"]), str(f["title"]), tuple(f["cases"]), re.compile(f["signature"]),
                         str(f["script"]), str(f["search"]), str(f["cause"]) if "cause" in f else None,
-                        tuple(map(str, f.get("searched", ()))), tuple(map(str, f.get("related", ()))))
+                        tuple(map(str, f.get("searched", ()))), tuple(map(str, f.get("related", ()))),
+                        tuple((str(name), str(kind)) for name, kind in f.get("tests", {}).items()))
                 for f in table.get("finding", [])]
-    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, re.error) as exc:
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, AttributeError, re.error) as exc:
         raise ReportError(f"{path}: not a findings catalogue: {exc}") from None
 
 
