@@ -51,12 +51,14 @@ class Held:
 
 
 def finding_on_row(finding: catalogue.Finding, cases: list[dict]) -> str:
-    """"holds" (a failing cell of its cases with its signature), "flaky" (none, but one of its cells
-    is flaky) or "absent"."""
+    """"flaky" (one of its cells is: the bug comes and goes on this row, so one run of a test may go
+    either way), else "holds" (a failing cell of its cases with its signature) or "absent"."""
     mine = [record for record in cases if record["case"].startswith(finding.cases)]
+    if any(record["outcome"] == "flaky" for record in mine):
+        return "flaky"
     if any(finding.signature.search(signature) for record in mine for signature in cards.signatures(record)):
         return "holds"
-    return "flaky" if any(record["outcome"] == "flaky" for record in mine) else "absent"
+    return "absent"
 
 
 def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) -> dict[str, str] | str:
