@@ -13,7 +13,9 @@ Each test is then held to what the table says of that row, as the catalogue says
   may fail too (the cause is older than the table's cells show), which is said, not held against it;
 - "works": what a fix must keep working. It passes where the finding holds a cell; elsewhere it may
   fail (on the oldest rows some fail for bugs of their own), which is said, not held against it.
-A row where the finding's cells are flaky holds either way. A file that cannot be collected is
+A row where the finding's cells are flaky holds either way, and so does one where its cells are
+property cells that did not meet it (they draw their programs: a draw that missed the bug says
+nothing of the row). A file that cannot be collected is
 "cannot run": a disagreement where the finding holds a cell, otherwise the row lacks what the test
 needs (nested_compile_region before torch 2.8). Exit status: 0 when every test agrees with the
 table on every row given, 1 when one does not, 2 for bad input (nothing run).
@@ -36,6 +38,7 @@ from harness.report import cards
 from harness.report import findings as catalogue
 
 CAUSE, WORKS = "cause", "works"
+PROPERTY = "/property_"  # in a property case's id
 KINDS = (CAUSE, WORKS)
 FILE_TIMEOUT = 900  # seconds for one test file (the slowest, finding 5's, takes about 60 s on 2 cores)
 
@@ -52,13 +55,15 @@ class Held:
 
 def finding_on_row(finding: catalogue.Finding, cases: list[dict]) -> str:
     """"flaky" (one of its cells is: the bug comes and goes on this row, so one run of a test may go
-    either way), else "holds" (a failing cell of its cases with its signature) or "absent"."""
+    either way), else "holds" (a failing cell of its cases with its signature), else "silent" (its
+    cells are property cells, which did not meet it here) or "absent"."""
     mine = [record for record in cases if record["case"].startswith(finding.cases)]
     if any(record["outcome"] == "flaky" for record in mine):
         return "flaky"
     if any(finding.signature.search(signature) for record in mine for signature in cards.signatures(record)):
         return "holds"
-    return "absent"
+    # A property cell draws its programs: one that did not meet the bug on a row says nothing of it there.
+    return "silent" if all(PROPERTY in prefix for prefix in finding.cases) else "absent"
 
 
 def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) -> dict[str, str] | str:
@@ -107,6 +112,8 @@ def hold(finding: catalogue.Finding, ran: dict[str, str] | str, cases: list[dict
         kind, failed = kinds.get(test), status == "failed"
         if on_row == "flaky":
             held.append(Held(test, status, "either", True, "the finding's cells are flaky on this row"))
+        elif on_row == "silent":
+            held.append(Held(test, status, "either", True, "the finding's property cells did not meet it on this row"))
         elif kind == WORKS:
             if on_row == "holds":
                 held.append(Held(test, status, "pass", not failed))
