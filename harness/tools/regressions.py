@@ -55,12 +55,15 @@ class Held:
 
 def finding_on_row(finding: catalogue.Finding, cases: list[dict]) -> str:
     """"flaky" (one of its cells is: the bug comes and goes on this row, so one run of a test may go
-    either way), else "holds" (a failing cell of its cases with its signature), else "silent" (its
+    either way), else "holds" (a failing cell of its cases with its signature, not declared as a
+known bug or a limitation), else "silent" (its
     cells are property cells, which did not meet it here) or "absent"."""
     mine = [record for record in cases if record["case"].startswith(finding.cases)]
     if any(record["outcome"] == "flaky" for record in mine):
         return "flaky"
-    if any(finding.signature.search(signature) for record in mine for signature in cards.signatures(record)):
+    # a failure the case declares (a known upstream bug, a limitation) is that, not the finding, whatever its text
+    if any(finding.signature.search(failure["signature"]) for record in mine for failure in cards.failures(record)
+           if cards.status(failure) == "new"):
         return "holds"
     # A property cell draws its programs: one that did not meet the bug on a row says nothing of it there.
     return "silent" if all(PROPERTY in prefix for prefix in finding.cases) else "absent"
