@@ -91,7 +91,8 @@ def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) 
         return (done.stderr.strip().splitlines() or [f"pytest exit {done.returncode}"])[-1][:200]
     found = {}
     for case in ElementTree.parse(report).getroot().iter("testcase"):
-        if case.find("error") is not None and not case.get("name", "").startswith("test_"):
+        # a collection error: a testcase named after the module, with no class
+        if case.find("error") is not None and (not case.get("classname") or case.get("name") == test_file.stem):
             return (case.find("error").get("message") or "a collection error")[:200]
         status = ("failed" if case.find("failure") is not None or case.find("error") is not None
                   else "skipped" if case.find("skipped") is not None else "passed")
