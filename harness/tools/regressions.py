@@ -73,7 +73,7 @@ def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) 
     """Each test of `test_file` by name: passed, failed or skipped; a string where the file could not
     be collected (what it said)."""
     here = work / test_file.stem
-    here.mkdir()
+    here.mkdir(parents=True)
     shutil.copy2(test_file, here / test_file.name)
     report = here / "junit.xml"
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
@@ -93,7 +93,9 @@ def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) 
     for case in ElementTree.parse(report).getroot().iter("testcase"):
         # a collection error: a testcase named after the module, with no class
         if case.find("error") is not None and (not case.get("classname") or case.get("name") == test_file.stem):
-            return (case.find("error").get("message") or "a collection error")[:200]
+            error = case.find("error")
+            said = [line[1:].strip() for line in (error.text or "").splitlines() if line.startswith("E ")]
+            return (said[-1] if said else error.get("message") or "a collection error")[:200]
         status = ("failed" if case.find("failure") is not None or case.find("error") is not None
                   else "skipped" if case.find("skipped") is not None else "passed")
         found[case.get("name")] = status
