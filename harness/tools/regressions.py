@@ -13,6 +13,8 @@ Each test is then held to what the table says of that row, as the catalogue says
   may fail too (the cause is older than the table's cells show), which is said, not held against it;
 - "works": what a fix must keep working. It passes where the finding holds a cell; elsewhere it may
   fail (on the oldest rows some fail for bugs of their own), which is said, not held against it.
+  "works since X": the same from torch X on; before X the bug reached what it checks, and it is held
+  as a "cause".
 A row where the finding's cells are flaky holds either way, and so does one where its cells are
 property cells that did not meet it (they draw their programs: a draw that missed the bug says
 nothing of the row). A file that cannot be collected is
@@ -32,6 +34,8 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
 
+from packaging import version
+
 from harness.core import matrix, paths, records, venvs
 from harness.core.errors import BadInput
 from harness.report import cards
@@ -40,6 +44,7 @@ from harness.report import findings as catalogue
 CAUSE, WORKS = "cause", "works"
 PROPERTY = "/property_"  # in a property case's id
 KINDS = (CAUSE, WORKS)
+SINCE = " since "  # "works since 2.5": what a fix must keep working from that torch on; before it the bug reached it too
 FILE_TIMEOUT = 900  # seconds for one test file (the slowest, finding 5's, takes about 60 s on 2 cores)
 
 
@@ -102,7 +107,18 @@ def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) 
     return found or (done.stdout.strip().splitlines() or ["no test collected"])[-1][:200]
 
 
-def hold(finding: catalogue.Finding, ran: dict[str, str] | str, cases: list[dict]) -> list[Held]:
+def kind_of(kind: str | None, torch: str | None) -> str | None:
+    """A test's kind on a row of `torch`: "works since X" is "works" from torch X on, and before it
+    "cause" (the bug reached what it checks: it fails where the finding holds, and may elsewhere)."""
+    if kind and SINCE in kind:
+        kind, _, since = kind.partition(SINCE)
+        if torch and version.Version(torch) < version.Version(since):
+            return CAUSE
+    return kind
+
+
+def hold(finding: catalogue.Finding, ran: dict[str, str] | str, cases: list[dict],
+         torch: str | None = None) -> list[Held]:
     """Each test of the finding's file on one row, held to the row's cells."""
     on_row = finding_on_row(finding, cases)
     if isinstance(ran, str):
@@ -111,7 +127,7 @@ def hold(finding: catalogue.Finding, ran: dict[str, str] | str, cases: list[dict
     kinds = dict(finding.tests)
     held = []
     for test, status in sorted(ran.items()):
-        kind, failed = kinds.get(test), status == "failed"
+        kind, failed = kind_of(kinds.get(test), torch), status == "failed"
         if on_row == "flaky":
             held.append(Held(test, status, "either", True, "the finding's cells are flaky on this row"))
         elif on_row == "silent":
@@ -129,6 +145,14 @@ def hold(finding: catalogue.Finding, ran: dict[str, str] | str, cases: list[dict
         else:
             held.append(Held(test, status, "pass", not failed))
     return held
+
+
+def _is_version(text: str) -> bool:
+    try:
+        version.Version(text)
+    except version.InvalidVersion:
+        return False
+    return True
 
 
 def row_python(spec: matrix.Session, python: str | None) -> pathlib.Path:
@@ -160,7 +184,8 @@ def check(sessions: list[str], python: str | None = None, results: pathlib.Path 
     if not found:
         raise BadInput(f"{catalogue.CATALOGUE}: no finding has a regression test")
     for finding in found:
-        unknown = {test: kind for test, kind in finding.tests if kind not in KINDS}
+        unknown = {test: kind for test, kind in finding.tests if kind.partition(SINCE)[0] not in KINDS
+                   or (SINCE in kind and not _is_version(kind.partition(SINCE)[2]))}
         if unknown:
             raise BadInput(f"{catalogue.CATALOGUE}: finding {finding.number}: {unknown}: a test is held as one of "
                            f"{', '.join(KINDS)}")
@@ -182,7 +207,7 @@ def check(sessions: list[str], python: str | None = None, results: pathlib.Path 
             for finding in found:
                 test_file = catalogue.FIXES / f"test_{finding.stem}.py"
                 on_row = finding_on_row(finding, cases)
-                for held in hold(finding, run_file(interpreter, test_file, pathlib.Path(work)), cases):
+                for held in hold(finding, run_file(interpreter, test_file, pathlib.Path(work)), cases, spec.torch):
                     disagreements += not held.agrees
                     mark = "agrees" if held.agrees else "DISAGREES"
                     note = f" ({held.note})" if held.note else ""
