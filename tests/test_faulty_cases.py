@@ -117,12 +117,18 @@ def test_writes_nothing(case):
     assert not (pytester.path / "model.pt").exists() and not (pytester.path / "lightning_logs").exists()
 
 
+def project_with(tmp_path, planted: pathlib.Path) -> pathlib.Path:
+    """A copy of the project with `planted` under tests/planted/, as a session's command would find it."""
+    project = copy_project(tmp_path / "project")
+    (project / "tests" / "planted").mkdir(parents=True)
+    shutil.copy2(planted, project / "tests" / "planted" / planted.name)
+    return project
+
+
 @pytest.mark.slow
 @CHECKOUT_VENVS
 def test_the_planted_file_through_nox_leaves_honest_bounded_records_and_a_clean_checkout(tmp_path):
-    project = copy_project(tmp_path / "project")
-    (project / "tests" / "planted").mkdir(parents=True)
-    shutil.copy2(PLANTED, project / "tests" / "planted" / PLANTED.name)
+    project = project_with(tmp_path, PLANTED)
     shutil.copy2(paths.ROOT / ".gitignore", project / ".gitignore")  # what a checkout ignores (Python's bytecode)
     for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
         subprocess.run(["git", *command], cwd=project, check=True)
@@ -157,9 +163,7 @@ CHANNELS = ROOT / "tests" / "planted" / "harness_channels.py"
 @pytest.mark.slow
 @CHECKOUT_VENVS
 def test_faults_at_the_harness_channels_through_nox_leave_honest_records_and_no_process(tmp_path):
-    project = copy_project(tmp_path / "project")
-    (project / "tests" / "planted").mkdir(parents=True)
-    shutil.copy2(CHANNELS, project / "tests" / "planted" / CHANNELS.name)
+    project = project_with(tmp_path, CHANNELS)
     results = tmp_path / "results"
     done = run_nox(project, "-s", SESSION.name, "--", f"tests/planted/{CHANNELS.name}", "--timeout", "60",
                    results=results)
