@@ -61,8 +61,8 @@ def findings(args) -> int:
 
 
 def regressions(args) -> int:
-    """Each finding's regression tests in each row's venv, held to the committed table (harness.tools.regressions)."""
-    from harness.tools import regressions as held
+    """Each finding's regression tests in each row's venv, held to the committed table (harness.report.regressions)."""
+    from harness.report import regressions as held
 
     return held.check(args.sessions, python=args.python, results=pathlib.Path(args.results) if args.results else None,
                       numbers=args.finding)

@@ -175,7 +175,7 @@ def test_a_regression_test_that_fails_where_the_table_has_no_bug_disagrees(tmp_p
 
 def test_a_regression_file_that_cannot_be_collected_is_no_failed_test(tmp_path):
     # pytest's JUnit names a collection error after the module: that is "cannot run", never a test
-    from harness.tools import regressions
+    from harness.report import regressions
 
     broken = tmp_path / "test_found_broken.py"
     broken.write_text("import torch\ntorch.compiler.no_such_function\n")

@@ -39,7 +39,7 @@ class Finding:
     cause: str | None = None  # the root cause in torch's source, where it was found (docs/findings.md shows how)
     searched: tuple[str, ...] = ()  # the queries run on the upstream tracker
     related: tuple[str, ...] = ()  # upstream threads near it, each with what it is
-    # What each test of its regression test file is held to on each row (harness.tools.regressions):
+    # What each test of its regression test file is held to on each row (harness.report.regressions):
     # by test name, "cause" or a case-id prefix; a test not named runs the table's own program.
     tests: tuple[tuple[str, str], ...] = ()
 
