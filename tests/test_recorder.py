@@ -63,12 +63,17 @@ def test_unknown_case_is_an_error_and_keeps_earlier_results(pytester, tmp_path, 
     out = tmp_path / "results"
     out.mkdir()
     (out / "s.jsonl").write_text("earlier results\n")
+    earlier_logs = out / "logs" / "s" / "20261126T010000-1"
+    earlier_logs.mkdir(parents=True)
+    (earlier_logs / "gw0.log").write_text("printed")
     command = sessions.pytest_args(SESSION, ["test_family.py::test_aftr", f"--results-dir={out}",
                                              "--session-name=s"])
     result = pytester.run(sys.executable, *command, timeout=300)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines(["ERROR: unknown case test_family.py::test_aftr"])
     assert (out / "s.jsonl").read_text() == "earlier results\n"
+    # this run recorded nothing and leaves no logs of its own; the earlier run's stay
+    assert [f.name for f in (out / "logs" / "s").iterdir()] == [earlier_logs.name]
 
 
 def test_an_earlier_runs_logs_go_once_no_record_names_them(tmp_path):

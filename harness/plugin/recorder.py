@@ -210,7 +210,8 @@ class ResultsRecorder:
             self._write({k: v for k, v in record.items() if k != "schema"})
         if any(r["outcome"] in outcomes.HARD for r in carried) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a failure stays one when it is carried over
-        if self.writer is None:
+        if self.writer is None:  # nothing recorded (collect-only, a usage error): no logs to point to
+            workerlog.remove_run(self.worker_dir)
             return
         end = records.end_record(int(session.exitstatus), self.counts, len(carried),
                                  round(time.time() - self.started, 2))

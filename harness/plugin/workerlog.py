@@ -123,6 +123,17 @@ def prune(current: pathlib.Path, named: list) -> list[pathlib.Path]:
     return removed
 
 
+def remove_run(current: pathlib.Path) -> None:
+    """A run that recorded nothing leaves no logs: its folder goes, and the session's and the logs'
+    folders above it where they are left empty (no earlier run's logs are touched)."""
+    shutil.rmtree(current, ignore_errors=True)
+    for folder in (current.parent, current.parent.parent):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty: an earlier run's logs
+            break
+
+
 def _size(path: pathlib.Path) -> int:
     try:
         return path.stat().st_size
