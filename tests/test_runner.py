@@ -1,5 +1,6 @@
 """Where cases run: attempts, per-case limits and torch state, with real torch and real compile."""
 
+import os
 import sys
 
 import pytest
@@ -181,3 +182,28 @@ def test_limit_is_set(case):
                                 "--session-name=s")
     result.assert_outcomes(passed=1)
     assert resource.getrlimit(resource.RLIMIT_DATA) == before
+
+
+def test_a_run_inside_this_process_leaves_its_temporary_directory_and_cache_variables_as_they_were(pytester, tmp_path,
+                                                                                                  monkeypatch):
+    """While cases run, TMPDIR and the compile caches' variables name the case's own directory; after
+    the run, a process that ran it (pytester's, a notebook's) writes its temporary files where it did."""
+    import tempfile
+
+    from harness.plugin.compilecaches import CACHE_DIRS
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    before = {variable: os.environ.get(variable) for variable in CACHE_DIRS}
+    pytester.makepyfile(test_tmp='''
+import os
+import tempfile
+
+def test_tmp_is_the_cases_own(case):
+    assert "compile-caches" in tempfile.gettempdir() and "compile-caches" in os.environ["TRITON_CACHE_DIR"]
+''')
+    result = pytester.runpytest("-p", "harness.plugin", f"--results-dir={tmp_path / 'out'}", "--session-name=s")
+    result.assert_outcomes(passed=1)
+    assert {variable: os.environ.get(variable) for variable in CACHE_DIRS} == before
+    assert tempfile.gettempdir() == str(tmp_path)

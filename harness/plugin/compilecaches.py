@@ -75,6 +75,7 @@ class CaseCaches:
         self.link = self.root / "current" / worker
         self.warm_up = self.root / "warm-up" / worker
         self.warm_up_files: dict[str, tuple[int, int]] = {}
+        self.replaced: dict[str, str | None] = {}  # the variables as they were before install
 
     @classmethod
     def install(cls, config, worker: str) -> "CaseCaches":
@@ -84,9 +85,21 @@ class CaseCaches:
         caches = cls(root, worker)
         caches.point_at(caches.warm_up)
         for variable, name in CACHE_DIRS.items():
+            caches.replaced[variable] = os.environ.get(variable)
             os.environ[variable] = str(caches.link / name)
         tempfile.tempdir = None  # read TMPDIR again: torch's modules ask tempfile when they are imported
         return caches
+
+    def uninstall(self) -> None:
+        """The variables as they were: a pytest run inside a longer-lived process (pytester's) must not
+        leave it writing temporary files under a run's caches (a browser started later by that process
+        could not start once they were removed)."""
+        for variable, value in self.replaced.items():
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
+        tempfile.tempdir = None
 
     def case_directory(self, case_id: str) -> pathlib.Path:
         return self.root / "cases" / hashlib.sha256(case_id.encode()).hexdigest()[:20]

@@ -265,6 +265,8 @@ class CaseRunner:
 
             gc.unfreeze()  # what was frozen for the children is this process's to collect again
         limits.restore_memory_limit(self.previous_memory_limit)  # pytester runs cases inside the test process
+        if self.caches is not None:
+            self.caches.uninstall()
 
     # pytest-timeout arms its timer around the protocol, in this process; with forked cases it is
     # armed in the case's own process instead (where a hang happens), by pytest-timeout itself.
