@@ -58,6 +58,15 @@ def run_nox(project: pathlib.Path, *args, results=None, env=None, timeout=3600):
                           timeout=timeout, env=environ)
 
 
+def _link_or_copy(source: str, target: str) -> None:
+    """Torch writes a cache file whole under a new name and renames it into place (or writes it only
+    where it is missing), so a link is never written through."""
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        shutil.copy2(source, target)
+
+
 @pytest.fixture
 def nested_compile_caches(tmp_path, tmp_path_factory, monkeypatch):
     """The compile caches of the sessions a test runs (harness.plugin.compilecaches), under its own
@@ -67,13 +76,13 @@ def nested_compile_caches(tmp_path, tmp_path_factory, monkeypatch):
     of this pytest process left, as a re-run of a real session is served it from its venv."""
     root = tmp_path / "compile-caches"
     template = tmp_path_factory.getbasetemp() / "warm-up-compile-caches"  # a folder per worker name
-    if template.is_dir():
-        shutil.copytree(template, root / "warm-up", symlinks=True)
+    if template.is_dir():  # hard links: the warm-up's precompiled header alone is 152 MB (torch 2.15)
+        shutil.copytree(template, root / "warm-up", symlinks=True, copy_function=_link_or_copy)
     monkeypatch.setenv(COMPILE_CACHES_ENV, str(root))
     yield root
     for warmed in (root / "warm-up").glob("*"):
         if not (template / warmed.name).exists():
             template.mkdir(exist_ok=True)
             staged = template / f".{warmed.name}.{os.getpid()}"
-            shutil.copytree(warmed, staged, symlinks=True)
+            shutil.copytree(warmed, staged, symlinks=True, copy_function=_link_or_copy)
             staged.rename(template / warmed.name)
