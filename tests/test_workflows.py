@@ -11,7 +11,8 @@ import sys
 import pytest
 import yaml
 
-from harness.core import resultsfile
+from harness.core import matrix, resultsfile
+from tests.act_runner import make_repository
 from tests.conftest import ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -572,6 +573,21 @@ def test_a_pull_request_runs_the_families_it_changes():
     assert module.case_files(["harness/tools/repro/script.py"]) == []
     for everywhere in ("harness/plugin/casekit.py", "harness/core/records.py", "harness/core/matrix.toml"):
         assert len(module.case_files([everywhere])) == len(list((ROOT / "cases").glob("test_*.py"))), everywhere
+
+
+def test_a_pull_request_that_changes_no_family_runs_nothing(tmp_path):
+    """The families step of the table check, its own script from ci.yml, on this checkout with the base
+    at HEAD (no change): its `files` output is empty, so `Run them` is skipped. (An empty list printed as
+    a blank line once became `files= `, and every case of the newest row ran.)"""
+    step = next(s for s in load("ci.yml")["jobs"]["table-signal"]["steps"] if s.get("id") == "families")
+    output, summary = tmp_path / "output", tmp_path / "summary"
+    checkout = make_repository(tmp_path)  # the working tree, committed: what the step writes goes there
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=checkout, capture_output=True, text=True, timeout=600,
+                          check=False, env=clean_env(BASE="HEAD", GITHUB_OUTPUT=str(output),
+                                                     GITHUB_STEP_SUMMARY=str(summary), RUNNER_TEMP=str(tmp_path)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    assert said["files"] == "" and said["session"] == matrix.main_session().name, said
 
 
 def test_the_sessions_install_and_definition_run_every_family():

@@ -109,7 +109,9 @@ def main(argv=None) -> int:
         if command == "families" and len(args) in (1, 2):
             new_row = len(args) == 2 and not base_has_table(args[0], args[1])
             every = [paths.relative(p) for p in family_files().values()]
-            print("\n".join(every if new_row else case_files(changed_paths(args[0]))))
+            files = every if new_row else case_files(changed_paths(args[0]))
+            if files:  # nothing at all where nothing is to run: an empty line read as a list is one blank file
+                print("\n".join(files))
         elif command == "table" and len(args) == 3:
             print(write_table(args[0], args[1], pathlib.Path(args[2])))
         elif command == "build" and len(args) == 1:
