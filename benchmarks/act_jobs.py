@@ -9,7 +9,9 @@ stand-ins, a local stand-in for GitHub's API), of one job and the jobs it needs,
 maintainer narrows a real run: the nightly to the newest CPU row and one family (`NIGHTLY_TAG`,
 `NIGHTLY_CASES`), explore and cuda-collect to one matrix entry each (act's `--matrix`). What a run
 leaves (checkouts, venvs: about 5 GB each) goes under --work and is removed after it.
-The `tests` job is the harness's own suite (`nox -s tests`, act tests included): --only ci-push-tests.
+Two runs are left out unless named (--only): the `tests` job, the harness's own suite (`nox -s tests`,
+act tests included: ci-push-tests), and the newest row whole as a night runs it, its cases and then
+the findings' regression tests (nightly-schedule-full-row).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ PLANS = [
     Plan("ci-pr-table-signal-nothing", "ci.yml", "pull_request", "table-signal"),
     Plan("ci-dispatch-lint", "ci.yml", "workflow_dispatch", "lint"),
     Plan("nightly-schedule-report", "nightly.yml", "schedule", "aggregate", NARROW),
+    # the newest row whole, as a night runs it (its cases, then the findings' regression tests): --only
+    Plan("nightly-schedule-full-row", "nightly.yml", "schedule", "aggregate", {"NIGHTLY_TAG": "latest"}),
     Plan("nightly-schedule-junit", "nightly.yml", "schedule", "junit", NARROW),
     Plan("nightly-schedule-explore", "nightly.yml", "schedule", "explore-summary", NARROW,
          matrix=("family:recompile",)),
@@ -64,7 +68,7 @@ PLANS = [
            inputs={"tag": tag, "fresh": False, "cases": SMALL_FAMILY}) for tag in TAGS),
     Plan("cuda-collect-schedule", "cuda-collect.yml", "schedule", "cuda-collect", matrix=("session:cuda13_torch215",)),
 ]
-DEFAULT = [plan.name for plan in PLANS if plan.name != "ci-push-tests"]
+DEFAULT = [plan.name for plan in PLANS if plan.name not in ("ci-push-tests", "nightly-schedule-full-row")]
 
 
 def payload(plan: Plan, repo: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
