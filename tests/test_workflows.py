@@ -340,6 +340,23 @@ def test_the_previous_nightly_is_the_last_scheduled_run_of_the_default_branch_wi
     assert len(artifact_lists) == len(set(artifact_lists)), api.requests
 
 
+def test_a_run_without_sessions_looks_nothing_up_and_stays_green(tmp_path):
+    """The step's own script from nightly.yml, with the sessions a dispatch with the cuda tag and no GPU
+    runner leaves (none): it asks the API nothing and succeeds (it once failed on its usage line, and the
+    manual run was red)."""
+    from tests.fake_github import FakeGitHub
+
+    step = next(s for s in load("nightly.yml")["jobs"]["sessions"]["steps"] if s.get("id") == "previous")
+    output = tmp_path / "output"
+    with FakeGitHub(RUNS, default_branch="main") as api:
+        done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              check=False, env=clean_env(GITHUB_API_URL=api.url, GH_REPO=api.repo, GH_TOKEN="t",
+                                                         THIS_RUN="900", SESSIONS=" ", GITHUB_OUTPUT=str(output)))
+    assert done.returncode == 0, done.stderr
+    assert outputs(output.read_text()) == {"default_branch": "", "previous": "{}", "previous_error": ""}
+    assert api.requests == []
+
+
 def test_the_default_branch_comes_from_the_api_not_the_event_payload():
     from tests.fake_github import FakeGitHub
 

@@ -1,11 +1,11 @@
 """The last scheduled nightly of the default branch with results for each session: the records a
 session reuses and the report's previous-night comparison.
 
-    python .github/scripts/nightly_runs.py find SESSION...
+    python .github/scripts/nightly_runs.py find [SESSION...]
         Appends to $GITHUB_OUTPUT (or prints) `default_branch=`, `previous=` (JSON: session ->
         {"run": ID, "artifact": ID}, sessions without an earlier run left out) and `previous_error=`
         (one line when the API could not be asked; then `previous={}`). Exits 0 either way: a nightly
-        still measures everything without it, and the report states the error.
+        still measures everything without it, and the report states the error. No session: asks nothing.
     python .github/scripts/nightly_runs.py download DEST PREVIOUS_JSON SESSION...
         Unpacks each SESSION's artifact named in PREVIOUS_JSON into DEST/results-SESSION. Exits 1,
         with one line, when one cannot be downloaded.
@@ -60,8 +60,12 @@ def write_outputs(pairs: dict) -> None:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) >= 2 and argv[0] == "find":
+    if argv[:1] == ["find"]:
         sessions = argv[1:]
+        if not sessions:  # a run narrowed to sessions that run nowhere (a cuda tag, no GPU runner): no question
+            print("no sessions: no previous nightly looked up", file=sys.stderr)
+            write_outputs({"default_branch": "", "previous": "{}", "previous_error": ""})
+            return 0
         try:
             github = GitHub()
             branch, found = find(github, sessions, os.environ.get("THIS_RUN"))
@@ -92,7 +96,7 @@ def main(argv=None) -> int:
             print(f"error: the previous nightly's results could not be downloaded: {error}", file=sys.stderr)
             return 1
         return 0
-    print("usage: nightly_runs.py find SESSION... | download DEST PREVIOUS_JSON SESSION...", file=sys.stderr)
+    print("usage: nightly_runs.py find [SESSION...] | download DEST PREVIOUS_JSON SESSION...", file=sys.stderr)
     return 2
 
 
