@@ -66,7 +66,8 @@ PLANS = [
     Plan("nightly-schedule-cuda-report", "nightly.yml", "schedule", "cuda-report", NARROW),
     *(Plan(f"nightly-dispatch-{tag}", "nightly.yml", "workflow_dispatch", "sessions",
            inputs={"tag": tag, "fresh": False, "cases": SMALL_FAMILY}) for tag in TAGS),
-    Plan("cuda-collect-schedule", "cuda-collect.yml", "schedule", "cuda-collect", matrix=("session:cuda13_torch215",)),
+    *(Plan(f"cuda-collect-{event}", "cuda-collect.yml", event, "cuda-collect", matrix=("session:cuda13_torch215",))
+      for event in ("schedule", "pull_request", "workflow_dispatch")),
 ]
 DEFAULT = [plan.name for plan in PLANS if plan.name not in ("ci-push-tests", "nightly-schedule-full-row")]
 
