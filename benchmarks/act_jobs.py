@@ -75,10 +75,8 @@ DEFAULT = [plan.name for plan in PLANS if plan.name not in ("ci-push-tests", "ni
 def payload(plan: Plan, repo: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
     head = act_runner.git(repo, "rev-parse", "HEAD").strip()
     if plan.event == "pull_request":
-        data = json.loads((act_runner.EVENTS / "pull_request.json").read_text(encoding="utf-8"))
-        data["pull_request"]["head"]["sha"] = head
-        data["pull_request"]["base"]["sha"] = act_runner.git(repo, "rev-parse", "main").strip()
-    elif plan.event == "push":
+        return act_runner.pull_request_event(repo, work)
+    if plan.event == "push":
         data = {"ref": "refs/heads/main", "before": head, "after": head, "repository": REPOSITORY,
                 "sender": {"login": "maintainer", "type": "User"}}
     elif plan.event == "workflow_dispatch":
@@ -132,7 +130,8 @@ def main(argv=None) -> int:
         print(f"{plan.name}: act exit {done.returncode} in {done.seconds:.0f} s: {jobs or 'no job ran'}", flush=True)
         shutil.copy(next(work.glob("act-*.log")), base / f"{plan.name}.log")
         for leftover in work.iterdir():
-            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else None
+            if leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
     return 0
 
 

@@ -10,6 +10,7 @@ GitHub REST API is a local stand-in (tests/fake_github.py) reached through GITHU
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 import re
@@ -112,6 +113,16 @@ def branch(repo: pathlib.Path, name: str, edits: dict[str, str], base: str = "ma
     git(repo, "commit", "-q", "-am", f"{name}: {', '.join(edits)}")
 
 
+def pull_request_event(repo: pathlib.Path, dest: pathlib.Path) -> pathlib.Path:
+    """The `pull_request` payload (EVENTS) for `repo`'s checked-out branch against `main`, written into `dest`."""
+    payload = json.loads((EVENTS / "pull_request.json").read_text(encoding="utf-8"))
+    payload["pull_request"]["head"]["sha"] = git(repo, "rev-parse", "HEAD").strip()
+    payload["pull_request"]["base"]["sha"] = git(repo, "rev-parse", "main").strip()
+    path = dest / "event.json"
+    path.write_text(json.dumps(payload), encoding="utf-8")
+    return path
+
+
 @dataclasses.dataclass
 class ActRun:
     command: list[str]
@@ -128,7 +139,7 @@ class ActRun:
 
     def job_results(self) -> dict[str, str]:
         """Display name of each job that ran -> 'succeeded' or 'failed'."""
-        return {m[1].strip(): m[2] for m in re.finditer(r"^\[[^/\]]+/([^\]]+)\]\s+🏁\s+Job (succeeded|failed)", self.log,
+        return {m[1].strip(): m[2] for m in re.finditer(JOB_PREFIX.pattern + r"\s+🏁\s+Job (succeeded|failed)", self.log,
                                                 re.MULTILINE)}
 
     def artifact(self, name: str, dest: pathlib.Path) -> pathlib.Path:
@@ -193,8 +204,8 @@ def run_act(repo: pathlib.Path, event: str, payload: pathlib.Path, workflow: str
                 log.flush()
                 prefix = JOB_PREFIX.match(line)
                 if prefix:  # when each job printed: its span is how long it ran
-                    now = time.monotonic() - started
-                    spans[prefix[1].strip()] = (spans.get(prefix[1].strip(), (now, now))[0], now)
+                    name, now = prefix[1].strip(), time.monotonic() - started
+                    spans[name] = (spans.get(name, (now, now))[0], now)
             returncode = act.wait()
         finally:
             timer.cancel()

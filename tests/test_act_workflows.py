@@ -108,14 +108,9 @@ def planted_failure(text: str, function: str) -> str:
 
 def table_signal(tmp_path, toolcache, edits):
     repo = make_repository(tmp_path)
-    base = act_runner.git(repo, "rev-parse", "HEAD").strip()
     branch(repo, "feature", edits)
-    payload = json.loads((EVENTS / "pull_request.json").read_text())
-    payload["pull_request"]["head"]["sha"] = act_runner.git(repo, "rev-parse", "HEAD").strip()
-    payload["pull_request"]["base"]["sha"] = base
-    (tmp_path / "event.json").write_text(json.dumps(payload))
-    run = run_act(repo, "pull_request", tmp_path / "event.json", "ci.yml", work=tmp_path, toolcache=toolcache,
-                  job="table-signal")
+    run = run_act(repo, "pull_request", act_runner.pull_request_event(repo, tmp_path), "ci.yml", work=tmp_path,
+                  toolcache=toolcache, job="table-signal")
     signal = run.artifact("table-signal", tmp_path / "signal")
     return run, json.loads((signal / "pr-report" / "report.json").read_text()), signal
 

@@ -346,12 +346,10 @@ def test_a_run_without_sessions_looks_nothing_up_and_stays_green(tmp_path):
     manual run was red)."""
     from tests.fake_github import FakeGitHub
 
-    step = next(s for s in load("nightly.yml")["jobs"]["sessions"]["steps"] if s.get("id") == "previous")
     output = tmp_path / "output"
     with FakeGitHub(RUNS, default_branch="main") as api:
-        done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                              check=False, env=clean_env(GITHUB_API_URL=api.url, GH_REPO=api.repo, GH_TOKEN="t",
-                                                         THIS_RUN="900", SESSIONS=" ", GITHUB_OUTPUT=str(output)))
+        done = run_step("nightly.yml", "sessions", "previous", ROOT, timeout=120, GITHUB_API_URL=api.url, GH_REPO=api.repo,
+                        GH_TOKEN="t", THIS_RUN="900", SESSIONS=" ", GITHUB_OUTPUT=str(output))
     assert done.returncode == 0, done.stderr
     assert outputs(output.read_text()) == {"default_branch": "", "previous": "{}", "previous_error": ""}
     assert api.requests == []
@@ -414,6 +412,13 @@ def test_a_download_that_fails_says_so(tmp_path):
 
 def load(name):
     return yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))
+
+
+def run_step(workflow, job, step_id, cwd, timeout=600, **env):
+    """A workflow step's own script (`run:`, by its id), in bash as a runner runs it, with `env`."""
+    step = next(s for s in load(workflow)["jobs"][job]["steps"] if s.get("id") == step_id)
+    return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          check=False, env=clean_env(**env))
 
 
 def test_the_nightly_explores_every_family():
@@ -596,14 +601,12 @@ def test_a_pull_request_that_changes_no_family_runs_nothing(tmp_path):
     """The families step of the table check, its own script from ci.yml, on this checkout with the base
     at HEAD (no change): its `files` output is empty, so `Run them` is skipped. (An empty list printed as
     a blank line once became `files= `, and every case of the newest row ran.)"""
-    step = next(s for s in load("ci.yml")["jobs"]["table-signal"]["steps"] if s.get("id") == "families")
     output, summary = tmp_path / "output", tmp_path / "summary"
     checkout = make_repository(tmp_path)  # the working tree, committed: what the step writes goes there
-    done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=checkout, capture_output=True, text=True, timeout=600,
-                          check=False, env=clean_env(BASE="HEAD", GITHUB_OUTPUT=str(output),
-                                                     GITHUB_STEP_SUMMARY=str(summary), RUNNER_TEMP=str(tmp_path)))
+    done = run_step("ci.yml", "table-signal", "families", checkout, BASE="HEAD", GITHUB_OUTPUT=str(output),
+                    GITHUB_STEP_SUMMARY=str(summary), RUNNER_TEMP=str(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
-    said = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    said = outputs(output.read_text())
     assert said["files"] == "" and said["session"] == matrix.main_session().name, said
 
 
