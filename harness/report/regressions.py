@@ -107,13 +107,20 @@ def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) 
     return found or (done.stdout.strip().splitlines() or ["no test collected"])[-1][:200]
 
 
+def split_kind(kind: str) -> tuple[str, str | None]:
+    """A declared kind as (kind, the torch it holds since, or None): "works since 2.5" -> ("works", "2.5")."""
+    kind, _, since = kind.partition(SINCE)
+    return kind, since or None
+
+
 def kind_of(kind: str | None, torch: str | None) -> str | None:
     """A test's kind on a row of `torch`: "works since X" is "works" from torch X on, and before it
     "cause" (the bug reached what it checks: it fails where the finding holds, and may elsewhere)."""
-    if kind and SINCE in kind:
-        kind, _, since = kind.partition(SINCE)
-        if torch and version.Version(torch) < version.Version(since):
-            return CAUSE
+    if not kind:
+        return kind
+    kind, since = split_kind(kind)
+    if since and torch and version.Version(torch) < version.Version(since):
+        return CAUSE
     return kind
 
 
@@ -147,12 +154,15 @@ def hold(finding: catalogue.Finding, ran: dict[str, str] | str, cases: list[dict
     return held
 
 
-def _is_version(text: str) -> bool:
+def _declared(kind: str) -> bool:
+    """Whether `kind` is one the catalogue may declare: cause, works, or works since a torch version."""
+    kind, since = split_kind(kind)
+    if kind not in KINDS:
+        return False
     try:
-        version.Version(text)
+        return since is None or bool(version.Version(since))
     except version.InvalidVersion:
         return False
-    return True
 
 
 def row_python(spec: matrix.Session, python: str | None) -> pathlib.Path:
@@ -184,8 +194,7 @@ def check(sessions: list[str], python: str | None = None, results: pathlib.Path 
     if not found:
         raise BadInput(f"{catalogue.CATALOGUE}: no finding has a regression test")
     for finding in found:
-        unknown = {test: kind for test, kind in finding.tests if kind.partition(SINCE)[0] not in KINDS
-                   or (SINCE in kind and not _is_version(kind.partition(SINCE)[2]))}
+        unknown = {test: kind for test, kind in finding.tests if not _declared(kind)}
         if unknown:
             raise BadInput(f"{catalogue.CATALOGUE}: finding {finding.number}: {unknown}: a test is held as one of "
                            f"{', '.join(KINDS)}")
