@@ -4,6 +4,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from harness.core import sessions
 from tests.conftest import ROOT
 
@@ -106,3 +108,15 @@ def test_sweep_writes_the_issue_in_pytorchs_bug_template(tmp_path):
     assert "Fails on torch 2.14.1, 2.15.0. The first version it fails on: 2.14.1." in issue
     assert "torch.compile replaced by the identity (plain eager) on torch 2.15.0: pass" in issue
     assert "AttributeError: 'NoneType' object has no attribute 'type'" in issue
+
+
+@pytest.mark.parametrize("command", [["sweep"], ["bisect", "--script"]])
+def test_an_interpreter_that_is_not_there_is_one_line_before_anything_runs(tmp_path, command):
+    script = tmp_path / "ok.py"
+    script.write_text("print('ok')\n")
+    missing = tmp_path / "no-venv" / "bin" / "python"
+    out = ["--out", str(tmp_path / "table.md")] if command == ["sweep"] else []
+    done = harness(*command, str(script), "--env", f"2.15={sys.executable}", "--env", f"2.2.2={missing}", *out)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr == f"error: --env 2.2.2={missing}: no such interpreter\n", done.stderr
+    assert done.stdout == "" and not (tmp_path / "table.md").exists()

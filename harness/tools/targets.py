@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import shutil
 
 from harness.core import matrix, venvs, versions
 from harness.core.errors import BadInput
@@ -35,7 +36,10 @@ def torch_targets(first=None, last=None, device="cpu", envs=(), envdir=None) -> 
             label, sep, python = entry.partition("=")
             if not sep or not label or not python:
                 raise BadInput(f"--env wants VERSION=PYTHON, got {entry!r}")
-            targets.append(Target(label, matrix.local_session_name(label, prefix="bisect-"), pathlib.Path(python).expanduser()))
+            found = shutil.which(pathlib.Path(python).expanduser())  # a path, or a name on PATH (python3)
+            if found is None:  # a given interpreter is never built
+                raise BadInput(f"--env {entry}: no such interpreter")
+            targets.append(Target(label, matrix.local_session_name(label, prefix="bisect-"), pathlib.Path(found)))
         return sorted((t for t in targets if versions.in_range(t.version, first, last)),
                       key=lambda t: versions.release(t.version))
     chosen: dict[str, matrix.Session] = {}
