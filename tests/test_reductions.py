@@ -49,6 +49,9 @@ def test_every_reduction_has_its_issue_text_and_an_index_row():
     index = (REDUCTIONS / "INDEX.md").read_text()
     for path in scripts():
         assert path.with_suffix(".md").exists(), f"{path.name}: no issue text beside it"
+        # the issue shows the script as it is: a script edited after its sweep needs `sweep --issue` again
+        assert path.read_text().strip() in path.with_suffix(".md").read_text(), \
+            f"{path.name}: its issue text shows another version of it (python -m harness sweep SCRIPT --issue)"
         assert f"]({path.name})" in index, f"{path.name}: not listed in INDEX.md"
 
 
