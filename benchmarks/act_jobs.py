@@ -6,12 +6,14 @@ what the runs must show).
 
 Each run is one act invocation (tests/act_runner.py: on the host, the pinned actions mapped to their
 stand-ins, a local stand-in for GitHub's API), of one job and the jobs it needs, narrowed the way a
-maintainer narrows a real run: the nightly to the newest CPU row and one family (`NIGHTLY_TAG`,
+maintainer narrows a real run, each with a HOME of its own that starts empty as a hosted runner's (what
+a job downloads and caches is its own): the nightly to the newest CPU row and one family (`NIGHTLY_TAG`,
 `NIGHTLY_CASES`), explore and cuda-collect to one matrix entry each (act's `--matrix`). What a run
 leaves (checkouts, venvs: about 5 GB each) goes under --work and is removed after it.
-Two runs are left out unless named (--only): the `tests` job, the harness's own suite (`nox -s tests`,
-act tests included: ci-push-tests), and the newest row whole as a night runs it, its cases and then
-the findings' regression tests (nightly-schedule-full-row).
+The long runs are left out unless named (--only): the `tests` job, the harness's own suite (`nox -s
+tests`, act tests included: ci-push-tests); the newest row whole as a night runs it, its cases and
+then the findings' regression tests (nightly-schedule-full-row); and explore's entries for the
+families other than recompile (nightly-schedule-explore-FAMILY, 15-30 min each here).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import tempfile
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout, for `harness`, `tests`
 
 from harness.core import matrix  # noqa: E402
+from harness.core.sources import family_files  # noqa: E402
 from tests import act_runner  # noqa: E402
 from tests.fake_github import FakeGitHub  # noqa: E402
 
@@ -61,15 +64,18 @@ PLANS = [
     # the newest row whole, as a night runs it (its cases, then the findings' regression tests): --only
     Plan("nightly-schedule-full-row", "nightly.yml", "schedule", "aggregate", {"NIGHTLY_TAG": "latest"}),
     Plan("nightly-schedule-junit", "nightly.yml", "schedule", "junit", NARROW),
-    Plan("nightly-schedule-explore", "nightly.yml", "schedule", "explore-summary", NARROW,
-         matrix=("family:recompile",)),
+    # explore-summary and the explore entry of one family (nightly.yml's matrix: every family)
+    *(Plan(f"nightly-schedule-explore-{family}", "nightly.yml", "schedule", "explore-summary", NARROW,
+           matrix=(f"family:{family}",)) for family in family_files()),
     Plan("nightly-schedule-cuda-report", "nightly.yml", "schedule", "cuda-report", NARROW),
     *(Plan(f"nightly-dispatch-{tag}", "nightly.yml", "workflow_dispatch", "sessions",
            inputs={"tag": tag, "fresh": False, "cases": SMALL_FAMILY}) for tag in TAGS),
     *(Plan(f"cuda-collect-{event}", "cuda-collect.yml", event, "cuda-collect", matrix=("session:cuda13_torch215",))
       for event in ("schedule", "pull_request", "workflow_dispatch")),
 ]
-DEFAULT = [plan.name for plan in PLANS if plan.name not in ("ci-push-tests", "nightly-schedule-full-row")]
+LONG = ("ci-push-tests", "nightly-schedule-full-row",
+        *(f"nightly-schedule-explore-{family}" for family in family_files() if family != "recompile"))
+DEFAULT = [plan.name for plan in PLANS if plan.name not in LONG]
 
 
 def payload(plan: Plan, repo: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
@@ -101,7 +107,7 @@ def run(plan: Plan, work: pathlib.Path, toolcache: pathlib.Path) -> act_runner.A
         return act_runner.run_act(repo, plan.event, payload(plan, repo, work), plan.workflow, work=work,
                                   toolcache=toolcache, job=plan.job, variables=plan.variables,
                                   env={"GITHUB_API_URL": api.url}, extra=[f"--matrix={m}" for m in plan.matrix],
-                                  timeout=3600)
+                                  timeout=3600, home=work / "home")  # a hosted runner's: nothing cached yet
 
 
 def main(argv=None) -> int:

