@@ -57,9 +57,12 @@ PLANS = [
     Plan("ci-push-lint", "ci.yml", "push", "lint"),
     Plan("ci-push-main-job", "ci.yml", "push", "main-job"),
     Plan("ci-push-tests", "ci.yml", "push", "tests"),
+    Plan("ci-pr-lint", "ci.yml", "pull_request", "lint"),
+    Plan("ci-pr-main-job", "ci.yml", "pull_request", "main-job"),
     Plan("ci-pr-table-signal", "ci.yml", "pull_request", "table-signal", edit=True),
     Plan("ci-pr-table-signal-nothing", "ci.yml", "pull_request", "table-signal"),
     Plan("ci-dispatch-lint", "ci.yml", "workflow_dispatch", "lint"),
+    Plan("ci-dispatch-main-job", "ci.yml", "workflow_dispatch", "main-job"),
     Plan("nightly-schedule-report", "nightly.yml", "schedule", "aggregate", NARROW),
     # the newest row whole, as a night runs it (its cases, then the findings' regression tests): --only
     Plan("nightly-schedule-full-row", "nightly.yml", "schedule", "aggregate", {"NIGHTLY_TAG": "latest"}),
@@ -69,7 +72,11 @@ PLANS = [
            matrix=(f"family:{family}",)) for family in family_files()),
     Plan("nightly-schedule-cuda-report", "nightly.yml", "schedule", "cuda-report", NARROW),
     *(Plan(f"nightly-dispatch-{tag}", "nightly.yml", "workflow_dispatch", "sessions",
-           inputs={"tag": tag, "fresh": False, "cases": SMALL_FAMILY}) for tag in TAGS),
+           inputs={"tag": tag, "fresh": False, "cases": SMALL_FAMILY, "torch_build": "table"}) for tag in TAGS),
+    # a manual run that measures the newest row on PyTorch's CPU-only build (its session job, one family)
+    Plan("nightly-dispatch-cpu-build", "nightly.yml", "workflow_dispatch", "session",
+         inputs={"tag": "latest", "fresh": True, "cases": SMALL_FAMILY, "torch_build": "cpu"},
+         matrix=(f"session:{NEWEST}",)),
     *(Plan(f"cuda-collect-{event}", "cuda-collect.yml", event, "cuda-collect", matrix=("session:cuda13_torch215",))
       for event in ("schedule", "pull_request", "workflow_dispatch")),
 ]

@@ -421,6 +421,17 @@ def run_step(workflow, job, step_id, cwd, timeout=600, **env):
                           check=False, env=clean_env(**env))
 
 
+@pytest.mark.parametrize("asked, build", [("", "registry"), ("table", "registry"), ("cpu", "auto")])
+def test_a_session_takes_its_tables_torch_build_unless_a_manual_run_asks_for_the_cpu_build(tmp_path, asked, build):
+    """The build step's own script, on the committed table of the newest row (measured on the registry's
+    build): a schedule (no input) and `table` take that build; `cpu` asks venvs for the CPU-only build."""
+    output = tmp_path / "output"
+    done = run_step("nightly.yml", "session", "build", ROOT, timeout=120, ASKED=asked, SESSION=matrix.main_session().name,
+                    GITHUB_OUTPUT=str(output))
+    assert done.returncode == 0, done.stderr
+    assert outputs(output.read_text()) == {"build": build}
+
+
 def test_the_nightly_explores_every_family():
     # A family added in one case file is explored too: the list is the case files', not a memory of them.
     from harness.core.sources import family_files
