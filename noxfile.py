@@ -46,6 +46,22 @@ def missing_test_files(args) -> list[str]:
             and caseid.nodeid_file(arg).endswith(".py")]
 
 
+def link_venv_by_name(session: nox.Session, spec: matrix.Session) -> None:
+    """The harness finds a session's venv by the session's name (venvs.venv_dir: the tools, the
+    regression tests, a sweep). nox names it by a hash of the name instead where the path would be long
+    (over 87 characters: a checkout under a deep folder, a CI workspace of a long repository name, act's),
+    so the name is made a link to it."""
+    location = pathlib.Path(session.virtualenv.location)
+    by_name = venvs.venv_dir(spec.name, location.parent)
+    if location == by_name or (by_name.exists() and by_name.resolve() == location.resolve()):
+        return
+    if by_name.is_symlink():  # a link to a venv nox no longer uses
+        by_name.unlink()
+    if not by_name.exists():
+        by_name.symlink_to(location, target_is_directory=True)
+        session.log(f"nox named this environment {location.name}: linked as {by_name.name}")
+
+
 def run_cases(session: nox.Session, spec: matrix.Session) -> None:
     """What every case session does (harness.core.runsession, as `python -m harness run` does it in an
     environment that is already there): check the machine, install the pins, check them, run the
@@ -53,6 +69,7 @@ def run_cases(session: nox.Session, spec: matrix.Session) -> None:
     missing = missing_test_files(session.posargs)
     if missing:  # before any install; pytest would say only "no tests ran"
         session.error(f"no such case file: {missing[0]}")
+    link_venv_by_name(session, spec)
 
     def install() -> None:
         for name, value in venvs.install_environment().items():

@@ -33,7 +33,6 @@ STANDINS = {
     "actions/setup-python": "a venv of this machine's interpreter per version (no download of Python builds here)",
     "actions/upload-artifact": "act's artifact server, v4 protocol (the release's dist/ is not in reach here)",
     "actions/download-artifact": "act's artifact server, v4 protocol (the release's dist/ is not in reach here)",
-    "actions/cache": "act's cache server, its REST API (the release's dist/ is not in reach here)",
     "EnricoMi/publish-unit-test-result-action": "counts the JUnit files; no check run (no API to write to here)",
 }
 # Where the real source of pinned actions was prepared (tests/act/real_actions.py): DIR/OWNER/REPO@SHA.

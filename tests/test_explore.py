@@ -33,8 +33,9 @@ def test_one_explore_run_reaches_every_op_class_through_every_family(tmp_path):
     done = run_nox(ROOT, "-s", "explore", "--", matrix.main_session().name, "--examples", "100", "-k",
                    "property and _op and eager and not aot_eager and not cuda", results=tmp_path,
                    env={"HARNESS_EXPLORE_SEED": "11"})
-    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
-    environments, cells = explore.explored([tmp_path / "explore" / f"{matrix.main_session().name}.jsonl"])
+    explored = tmp_path / "explore" / f"{matrix.main_session().name}.jsonl"
+    assert done.returncode in (0, 1) and explored.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
+    environments, cells = explore.explored([explored])
     assert sorted(c["family"] for c in cells) == sorted(FAMILIES)
     table = explore.classes_by_family(cells)
     missing = [(family, name) for family in FAMILIES for name in OP_CLASSES if not table.get(family, {}).get(name)]

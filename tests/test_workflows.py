@@ -515,10 +515,9 @@ def test_an_offline_gpu_runner_never_holds_the_next_night_back():
         assert f"needs.sessions.outputs.{key} != '[]'" in nightly["jobs"][name]["if"], name
 
 
-def test_no_wheel_cache_in_the_nightly_and_ci_saves_only_on_the_default_branch():
-    assert "actions/cache" not in (WORKFLOWS / "nightly.yml").read_text()
-    saves = [step for _, _, job in jobs() for step in job["steps"] if "actions/cache/save" in step.get("uses", "")]
-    assert len(saves) == 1 and "github.event_name == 'push'" in saves[0]["if"]
+def test_no_workflow_keeps_a_wheel_cache():
+    # The tests job's uv cache, cold, is 9.9 GiB as an entry: the repository's whole quota (ci.yml says more).
+    assert not [path.name for path in WORKFLOWS.glob("*.yml") if "actions/cache" in path.read_text(encoding="utf-8")]
 
 
 # --- step summaries ---

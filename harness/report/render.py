@@ -159,7 +159,7 @@ def _when(text: str | None) -> str:
 
 
 def _clip(text: str, limit: int = MD_LINE_LIMIT) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
 def _names(items, budget: int = 300, key: str = "case") -> str:
