@@ -51,12 +51,13 @@ class Plan:
     inputs: dict | None = None  # workflow_dispatch's
     matrix: tuple[str, ...] = ()  # act's --matrix filters
     edit: bool = False  # a pull request that changes the small family (its cells run again)
+    long: bool = False  # left out unless named (--only)
 
 
 PLANS = [
     Plan("ci-push-lint", "ci.yml", "push", "lint"),
     Plan("ci-push-main-job", "ci.yml", "push", "main-job"),
-    Plan("ci-push-tests", "ci.yml", "push", "tests"),
+    Plan("ci-push-tests", "ci.yml", "push", "tests", long=True),
     Plan("ci-pr-lint", "ci.yml", "pull_request", "lint"),
     Plan("ci-pr-main-job", "ci.yml", "pull_request", "main-job"),
     Plan("ci-pr-table-signal", "ci.yml", "pull_request", "table-signal", edit=True),
@@ -65,11 +66,11 @@ PLANS = [
     Plan("ci-dispatch-main-job", "ci.yml", "workflow_dispatch", "main-job"),
     Plan("nightly-schedule-report", "nightly.yml", "schedule", "aggregate", NARROW),
     # the newest row whole, as a night runs it (its cases, then the findings' regression tests): --only
-    Plan("nightly-schedule-full-row", "nightly.yml", "schedule", "aggregate", {"NIGHTLY_TAG": "latest"}),
+    Plan("nightly-schedule-full-row", "nightly.yml", "schedule", "aggregate", {"NIGHTLY_TAG": "latest"}, long=True),
     Plan("nightly-schedule-junit", "nightly.yml", "schedule", "junit", NARROW),
     # explore-summary and the explore entry of one family (nightly.yml's matrix: every family)
     *(Plan(f"nightly-schedule-explore-{family}", "nightly.yml", "schedule", "explore-summary", NARROW,
-           matrix=(f"family:{family}",)) for family in family_files()),
+           matrix=(f"family:{family}",), long=family != "recompile") for family in family_files()),
     Plan("nightly-schedule-cuda-report", "nightly.yml", "schedule", "cuda-report", NARROW),
     *(Plan(f"nightly-dispatch-{tag}", "nightly.yml", "workflow_dispatch", "sessions",
            inputs={"tag": tag, "fresh": False, "cases": SMALL_FAMILY, "torch_build": "table"}) for tag in TAGS),
@@ -80,9 +81,7 @@ PLANS = [
     *(Plan(f"cuda-collect-{event}", "cuda-collect.yml", event, "cuda-collect", matrix=("session:cuda13_torch215",))
       for event in ("schedule", "pull_request", "workflow_dispatch")),
 ]
-LONG = ("ci-push-tests", "nightly-schedule-full-row",
-        *(f"nightly-schedule-explore-{family}" for family in family_files() if family != "recompile"))
-DEFAULT = [plan.name for plan in PLANS if plan.name not in LONG]
+DEFAULT = [plan.name for plan in PLANS if not plan.long]
 
 
 def payload(plan: Plan, repo: pathlib.Path, work: pathlib.Path) -> pathlib.Path:
