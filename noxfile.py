@@ -53,7 +53,7 @@ def link_venv_by_name(session: nox.Session, spec: matrix.Session) -> None:
     so the name is made a link to it."""
     location = pathlib.Path(session.virtualenv.location)
     by_name = venvs.venv_dir(spec.name, location.parent)
-    if location == by_name or (by_name.exists() and by_name.resolve() == location.resolve()):
+    if by_name.resolve() == location.resolve():  # nox's own name, or already linked to it
         return
     if by_name.is_symlink():  # a link to a venv nox no longer uses
         by_name.unlink()
