@@ -126,6 +126,11 @@ def main(argv=None) -> int:
         for plan in PLANS:
             print(f"{plan.name}: {plan.workflow} on {plan.event}, job {plan.job}")
         return 0
+    if args.work is not None:  # a folder named for the runs is made, as a temporary one would be
+        try:
+            args.work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            parser.error(f"--work {args.work}: {exc.strerror}")
     base = pathlib.Path(tempfile.mkdtemp(prefix="act-jobs-", dir=args.work))
     toolcache = base / "toolcache"  # the stand-in setup-python's venvs, shared by the runs
     print(f"act {act_runner.ACT}; newest CPU row {NEWEST}; logs under {base}", flush=True)
