@@ -15,6 +15,7 @@ import threading
 
 import pytest
 
+from benchmarks.speed import venv_bytes
 from harness.core import matrix, paths, records, venvs
 from tests.conftest import ROOT
 
@@ -55,14 +56,6 @@ def served_index(wheels: list[pathlib.Path], root: pathlib.Path):
         yield f"http://127.0.0.1:{server.server_address[1]}/simple"
     finally:
         server.shutdown()
-
-
-def venv_bytes(path: pathlib.Path) -> int:
-    """What the venv holds on disk, each file once: a case's precompiled headers are hard links to the
-    warm-up's (156 MB on torch 2.13, linked by every case that compiles with inductor)."""
-    files = {(s.st_dev, s.st_ino): s.st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink()
-             for s in [f.stat()]}
-    return sum(files.values())
 
 
 def test_the_cpu_build_when_the_index_lists_it(tmp_path, monkeypatch):
