@@ -51,7 +51,7 @@ if mode == "fresh":
 else:
     from harness.plugin import cudaguard, warmup
     cudaguard.guard_warm_process()
-    warmup.warm_up(forking=True, gpu=mode == "fork-imports")
+    warmup.warm_up(forking=True, compile_kernels=mode != "fork-imports")
     import gc
     for k in range(count):
         gc.freeze()

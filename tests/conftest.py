@@ -29,7 +29,7 @@ if torch is not None:
     torch.compile(torch.sin, backend="inductor")(torch.ones(2))
     torch._dynamo.reset()
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.standin_gpu.fixtures"]
 
 # The tests that run or build the checkout's session venvs (.nox: nox sessions, repro, reduce, bisect,
 # explore) share one pytest-xdist group, so that two of them never build one venv at once when the suite

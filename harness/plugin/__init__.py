@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from harness.core import limits, paths
 from harness.core.caseid import case_identity
 from harness.plugin import lightning_use
@@ -70,7 +72,7 @@ def pytest_configure(config):
         "control): a Lightning-axis session does not run it")
     _adopt_rerunfailures_option(config)
     worker = getattr(config, "workerinput", None)
-    distributing = worker is None and getattr(config.option, "dist", "no") != "no"
+    distributing = xdist_distributes(config)
     if not distributing:
         from harness.plugin import runner
 
@@ -81,9 +83,23 @@ def pytest_configure(config):
 
         config.pluginmanager.register(ResultsRecorder(config), "harness-recorder")
     if distributing:
-        from harness.plugin import scheduling
+        from harness.plugin import cudaguard, scheduling
+
+        if config.getoption("isolation") != "none":  # as each worker would, before any starts
+            try:
+                cudaguard.check_countable()
+            except cudaguard.GpuUncountable as exc:
+                raise pytest.UsageError(f"harness: {exc}") from None
 
         config.pluginmanager.register(scheduling, "harness-scheduling")
+
+
+def xdist_distributes(config) -> bool:
+    """Whether this process is xdist's controller, handing cases to workers: xdist's own condition
+    (harness.plugin.runner is then in each worker). With --collect-only xdist starts no workers, and the
+    cases are collected here, under the runner's guard as in a worker."""
+    return (getattr(config, "workerinput", None) is None and getattr(config.option, "dist", "no") != "no"
+            and bool(getattr(config.option, "tx", None)) and not config.option.collectonly)
 
 
 def pytest_collection_modifyitems(config, items):

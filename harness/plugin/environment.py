@@ -86,11 +86,24 @@ def compile_caches() -> dict:
     }
 
 
+def _gpu_name() -> tuple[str | None, str | None]:
+    """The name of the GPU cases use, and why there is none where one is visible but CUDA fails (a broken
+    driver): the cases meet that failure and record it; the environment record says it once."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None, None
+    try:
+        return torch.cuda.get_device_name(0), None
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
 def environment_record(session: str) -> dict:
     import torch
 
     info, pretty = _collect_env()
-    gpu_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    gpu_name, gpu_error = _gpu_name()
     return {
         "kind": "environment",
         "session": session,
@@ -105,6 +118,7 @@ def environment_record(session: str) -> dict:
         "python": platform.python_version(),
         "python_executable": sys.executable,
         "gpu": gpu_name,
+        **({"gpu_error": gpu_error} if gpu_error else {}),
         "gpu_driver": getattr(info, "nvidia_driver_version", None),
         "cpu": _cpu_model(getattr(info, "cpu_info", None)),
         "os": getattr(info, "os", None) or platform.platform(),

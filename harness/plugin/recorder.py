@@ -160,6 +160,7 @@ class ResultsRecorder:
                                       "basis": os.environ.get(WORKERS_BASIS_ENV)}
             if self.plan is not None:
                 environment.update(reuse_keys=self.plan["keys"], reuse_sources=self.plan["sources"])
+            self.guards = environment["cuda_guard"] = self._guard_summaries()
             self.writer.write(environment)
         self.writer.write(record)
         if times is not None and not record.get("reused_from"):  # a carried record was not timed in this run
@@ -168,6 +169,24 @@ class ResultsRecorder:
                 self.times["cases"][times["case"]] = {k: v for k, v in times.items() if k not in ("kind", "case")}
             else:
                 self.times.update({k: v for k, v in times.items() if k != "kind"})
+
+    def _guard_summaries(self) -> dict:
+        """What the CUDA guard of each process that ran cases found (harness.plugin.cudaguard): the
+        workers' from beside their logs, or this process's own where it runs the cases."""
+        if self.config.pluginmanager.get_plugin("harness-runner") is not None:
+            from harness.plugin import cudaguard
+
+            return {"main": cudaguard.summary()}
+        return workerlog.guard_summaries(self.worker_dir)
+
+    def _refused_since_start(self) -> list[dict]:
+        """Refusals of the CUDA guard that the environment record could not yet hold, by worker."""
+        before = getattr(self, "guards", None) or {}
+        late = []
+        for worker, summary in self._guard_summaries().items():
+            known = (before.get(worker) or {}).get("refused") or []
+            late += [{"worker": worker, **r} for r in summary.get("refused", [])[len(known):]]
+        return late
 
     def pytest_runtest_logstart(self, nodeid, location):
         """Where the case's function is (xdist forwards this before the case runs: a crash has it too)."""
@@ -215,6 +234,9 @@ class ResultsRecorder:
             return
         end = records.end_record(int(session.exitstatus), self.counts, len(carried),
                                  round(time.time() - self.started, 2))
+        late = self._refused_since_start()
+        if late:  # the environment record was written before these: the run's whole story is here
+            end["cuda_refused"] = late
         foreign = self.writer.count_foreign()
         if foreign["lines"] or foreign["files"] or self.writer.remade:
             end["foreign"] = {**foreign, "remade": self.writer.remade}

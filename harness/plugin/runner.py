@@ -21,7 +21,7 @@ from _pytest.runner import runtestprotocol
 
 from harness.core import limits, outcomes, records
 from harness.core.caseid import case_identity
-from harness.plugin import compilecaches, cudaguard, isolation
+from harness.plugin import compilecaches, cudaguard, isolation, workerlog
 from harness.plugin.warmup import warm_up
 from harness.plugin.workerlog import WorkerLog
 
@@ -231,7 +231,10 @@ class CaseRunner:
         self.forking = self.isolation != "none" and hasattr(os, "fork")
         self.in_child = False
         if self.forking:  # before collection imports the cases (and whatever they import)
-            cudaguard.guard_warm_process()
+            try:
+                cudaguard.guard_warm_process()
+            except cudaguard.GpuUncountable as exc:
+                raise pytest.UsageError(f"harness: {exc}") from None
         read_captured_output_with_replacement()
 
     @pytest.hookimpl(tryfirst=True)
@@ -243,23 +246,52 @@ class CaseRunner:
         # earlier case left there (with xdist the base is given, and pytest clears a given one).
         self.config._tmp_path_factory.getbasetemp()
         self.caches = compilecaches.CaseCaches.install(self.config, self.worker)
-        warm_up(self.forking, gpu=cudaguard.gpu_visible() if self.forking else False)
+        collecting_only = self.config.option.collectonly
+        # Where a GPU is visible a compile here would initialise CUDA; collecting only, nothing will compile.
+        warm_up(self.forking, compile_kernels=not collecting_only and not (self.forking and cudaguard.gpu_visible()))
         from harness.plugin.torchstate import TorchState
 
         self.state = TorchState()
         self.caches.warmed_up()
-        if self.forking:
+        if self.forking and not collecting_only:
             reason = isolation.probe()
             if reason and self.isolation == "fork":
                 raise pytest.UsageError(f"--isolation=fork: a forked child cannot run cases here: {reason}")
             if reason:  # --isolation=auto
                 self.forking = False
+                cudaguard.release()  # the cases run here, and may use CUDA here
                 print(f"harness: cases share this process (a forked child cannot run them: {reason})",
                       file=sys.stderr)
             else:
                 isolation.become_subreaper()  # what a case leaves running ends with it
 
+    @pytest.hookimpl(tryfirst=True)  # before xdist's worker loop, or pytest's own, runs a case
+    def pytest_runtestloop(self, session):
+        """The warm process, as collection and every plugin left it, must fork children that find CUDA as
+        a fresh process does: where it cannot, the run stops here with one line, before any case runs
+        (a worker says why to the controller, which stops the run: `Interrupted: harness: ...`)."""
+        if not self.forking:
+            return None
+        try:
+            cudaguard.probe()
+        except cudaguard.WarmProcessSpoiled as exc:
+            reason = f"harness: {exc}"
+            print(reason, file=sys.stderr, flush=True)  # the worker's log
+            if self.worker == "main":
+                raise session.Interrupted(reason) from None
+            session.shouldstop = reason
+            return True
+        finally:
+            self.keep_guard_summary()
+        return None
+
+    def keep_guard_summary(self) -> None:
+        """The CUDA guard's state beside the worker's log, for the results' records."""
+        if self.log is not None:
+            workerlog.write_guard_summary(self.log, cudaguard.summary())
+
     def pytest_sessionfinish(self, session):
+        self.keep_guard_summary()  # with what was refused after collection
         if self.forking:
             import gc
 

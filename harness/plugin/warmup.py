@@ -16,7 +16,7 @@ COMPILE_MODULES = ("torch._dynamo", "torch._functorch.aot_autograd", "torch._ind
                    "torch._inductor.codecache", "torch._inductor.codegen.cpp")
 
 
-def warm_up(forking: bool, gpu: bool = False) -> None:
+def warm_up(forking: bool, compile_kernels: bool = True) -> None:
     """What the first compile of a process pays once (Dynamo's and inductor's imports, the C++
     toolchain, Triton where there is a GPU): paid here, before any case's clock starts. A failure
     here is left for the cases to meet and record.
@@ -25,12 +25,13 @@ def warm_up(forking: bool, gpu: bool = False) -> None:
     then never have started inductor's compile workers, an OpenMP team, autograd's engine or CUDA:
     the warm-up compiles for inference only, a kernel too small for OpenMP to start a team, with
     compile workers off (`torch.set_num_threads` is not called: it makes a pthreadpool that a child
-    then finds broken, and autograd's threads abort on it). `gpu` (with `forking`): a GPU is visible,
-    and any compile here would initialise CUDA (harness.plugin.cudaguard): the modules a compile
-    loads are imported, and each child pays its first compile itself."""
+    then finds broken, and autograd's threads abort on it). Without `compile_kernels` (a GPU is visible
+    to a process that forks, where any compile would initialise CUDA, harness.plugin.cudaguard; or
+    nothing will run) the modules a compile loads are imported, and each child pays its first compile
+    itself."""
     import torch
 
-    devices = [] if forking and gpu else ["cpu"] if forking else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = [] if not compile_kernels else ["cpu"] if forking else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for module in COMPILE_MODULES:
         try:
             importlib.import_module(module)

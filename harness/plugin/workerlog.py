@@ -112,6 +112,29 @@ class WorkerLog:
                 f"(each attempt keeps {CASE_LOG_LIMIT:,})")
 
 
+GUARD_SUFFIX = ".cuda-guard.json"
+
+
+def write_guard_summary(log: WorkerLog, summary: dict) -> None:
+    """The worker's CUDA guard (harness.plugin.cudaguard.summary) beside its log, where the controller
+    reads it for the results' records."""
+    try:
+        log.path.with_suffix(GUARD_SUFFIX).write_text(json.dumps(summary))
+    except OSError:  # the folder was removed (by a case): its log says what was refused
+        pass
+
+
+def guard_summaries(directory: pathlib.Path) -> dict:
+    """Each worker's CUDA guard, as it last wrote it, by worker."""
+    found = {}
+    for path in sorted(pathlib.Path(directory).glob(f"*{GUARD_SUFFIX}")):
+        try:
+            found[path.name[:-len(GUARD_SUFFIX)]] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def prune(current: pathlib.Path, named: list) -> list[pathlib.Path]:
     """Logs live as long as the results that point to them: remove the folders of the session's earlier
     runs (`current`'s siblings) that no record of its results file names (`named`: the records' `log`;
