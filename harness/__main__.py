@@ -145,6 +145,12 @@ def reduce(args) -> int:
     return reduction.command(args)
 
 
+def gpu_step(args) -> int:
+    from harness.tools.gpu import cli
+
+    return cli.main(cli.parser(OneLineParser).parse_args(args.step_args))
+
+
 def lightning_newest(args) -> int:
     from harness.tools import lightning_releases
 
@@ -295,6 +301,10 @@ def parser() -> argparse.ArgumentParser:
     lit.add_argument("--write", action="store_true", help="record the resolved values in the table")
     lit.add_argument("--matrix", help=argparse.SUPPRESS)  # another table (the tests'); default the matrix's
     lit.set_defaults(func=lightning_newest)
+    gpu = commands.add_parser("gpu", add_help=False, help="a CUDA row on a GPU machine, step by step: wheels, "
+                              "preflight, row, alone, cpu-cells (python -m harness gpu -h)")
+    gpu.add_argument("step_args", nargs=argparse.REMAINDER)
+    gpu.set_defaults(func=gpu_step)
     return main
 
 
@@ -351,7 +361,11 @@ def main(argv=None) -> int:
 
 
 def run(argv=None) -> int:
-    args = parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["gpu"]:  # its steps parse their own options (argparse's REMAINDER cannot pass `-h` on)
+        args = argparse.Namespace(command="gpu", func=gpu_step, step_args=argv[1:])
+    else:
+        args = parser().parse_args(argv)
     if args.command == "repro" and not args.case and not args.all:
         parser().error("repro needs a CASE_ID, or --all with --session")
     try:

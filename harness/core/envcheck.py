@@ -74,24 +74,32 @@ def normal_name(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
-def unmet(requirements, have: dict) -> list[str]:
+def unmet_requirements(requirements, have: dict) -> list[tuple[str, Requirement | None]]:
     """Each of `requirements` (PEP 508 text) that the distributions `have` (name -> version, or None
-    where missing) do not satisfy, as `NAME is VERSION (needs REQUIREMENT)`. Markers that do not apply
-    to this interpreter leave a requirement out."""
+    where missing) do not satisfy, with its parsed form (None: the text cannot be read). Markers that do
+    not apply to this interpreter leave a requirement out."""
     have = {normal_name(name): version for name, version in have.items()}
     found = []
     for text in requirements:
         try:
             wanted = Requirement(text)
         except InvalidRequirement:
-            found.append(f"cannot read the requirement {text!r}")
+            found.append((text, None))
             continue
         if wanted.marker is not None and not wanted.marker.evaluate():
             continue
         version = have.get(normal_name(wanted.name))
         if version is None or (wanted.specifier and not wanted.specifier.contains(version, prereleases=True)):
-            found.append(f"{wanted.name} is {version or 'not installed'} (needs {text})")
+            found.append((text, wanted))
     return found
+
+
+def unmet(requirements, have: dict) -> list[str]:
+    """unmet_requirements, each as `NAME is VERSION (needs REQUIREMENT)`."""
+    have_by_name = {normal_name(name): version for name, version in have.items()}
+    return [f"cannot read the requirement {text!r}" if wanted is None else
+            f"{wanted.name} is {have_by_name.get(normal_name(wanted.name)) or 'not installed'} (needs {text})"
+            for text, wanted in unmet_requirements(requirements, have)]
 
 
 def tools() -> dict:

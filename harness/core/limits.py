@@ -12,6 +12,7 @@ from harness.core.errors import BadInput
 MEMORY_LIMIT_ENV = "HARNESS_MEMORY_LIMIT"
 DEFAULT_MEMORY_LIMIT = "75%"  # of the machine's memory, shared by the processes that run cases
 DEFAULT_TIME_LIMIT = 600  # seconds: a case (matrix.toml's case_timeout unless a row says), a script
+CASE_TIMEOUT_ENV = "HARNESS_CASE_TIMEOUT"  # seconds a session's case may run, in place of its row's case_timeout
 RERUNS_ENV = "HARNESS_RERUNS"
 DEFAULT_RERUNS = 1
 SIZE_UNITS = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
@@ -48,6 +49,17 @@ def limit_memory(limit: int | None) -> tuple[int, int] | None:
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     resource.setrlimit(resource.RLIMIT_DATA, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
     return soft, hard
+
+
+def case_timeout(row_default: int) -> int:
+    """Seconds a session's case may run: $HARNESS_CASE_TIMEOUT where set (a GPU machine lent for minutes
+    cannot give one hung case ten), else the row's `case_timeout`. Part of the reuse key, as the row's is."""
+    text = os.environ.get(CASE_TIMEOUT_ENV, "").strip()
+    if not text:
+        return row_default
+    if not text.isdigit() or int(text) < 1:
+        raise BadInput(f"${CASE_TIMEOUT_ENV} is {text!r}: a number of seconds, 1 or more")
+    return int(text)
 
 
 def case_reruns() -> int:

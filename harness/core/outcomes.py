@@ -50,7 +50,8 @@ DECLARED = ("known", "limitation")  # outcomes a case declares, each with its re
 REFERENCED = (*DECLARED, "fixed")  # outcomes whose record names the one reference they met or no longer meet
 RAISED = ("fail", *DECLARED)  # the case raised (its own failure, a known bug, a limitation): a bug to reduce
 RETRIED = frozenset({"fail", "error"})  # a case that ends so runs again (--case-reruns)
-NOT_CARRIED = frozenset({"error"})  # the harness failed to run the case: never carried to a later run
+HARNESS_FAULTS = frozenset({"error"})  # the harness or its environment broke, not the case
+NOT_CARRIED = HARNESS_FAULTS  # the harness failed to run the case: never carried to a later run
 # What a script's exit status says (the codes reproduction scripts exit with; `fixed` exits 0 too, and
 # says so on its OUTCOME line).
 BY_EXIT_CODE = {OUTCOMES[name].exit_code: name for name in ("pass", "skip", *DECLARED)}

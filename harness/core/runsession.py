@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
 from typing import Callable, Optional
 
-from harness.core import envcheck, matrix, paths, sessions
+from harness.core import envcheck, limits, matrix, paths, sessions
 
 Step = Callable[[list, dict], object]
 
@@ -45,6 +46,7 @@ def run(spec: matrix.Session, posargs, python: str, cache_root: os.PathLike, ste
     """The session's steps (above). Raises harness.core.errors.BadInput (the machine or the environment does not fit the
     session), CarriedFailures, or what `step` raises."""
     collect = sessions.collect_only(posargs)
+    limits.case_timeout(spec.case_timeout)  # a bad $HARNESS_CASE_TIMEOUT, before anything is installed
     if not collect:
         envcheck.require_gpu(spec)
     if install is not None:
@@ -87,9 +89,16 @@ def run_here(session: str, posargs) -> int:
         [str(paths.ROOT), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])}
 
     def step(argv: list, env: dict) -> None:
-        done = subprocess.run(argv, cwd=paths.ROOT, env={**environ, **env})
-        if done.returncode != 0:  # the step said why (check-env: one line, exit 2)
-            raise StepFailed(argv, done.returncode)
+        with subprocess.Popen(argv, cwd=paths.ROOT, env={**environ, **env}) as process:
+            # Ctrl-C reaches the step as well (one process group): pytest stops its cases and writes its end
+            # record, and this process waits for that instead of killing it mid-write.
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                returncode = process.wait()
+            finally:
+                signal.signal(signal.SIGINT, previous)
+        if returncode != 0:  # the step said why (check-env: one line, exit 2)
+            raise StepFailed(argv, returncode)
 
     try:
         run(spec, posargs, sys.executable, cache_root, step)

@@ -8,7 +8,7 @@ import dataclasses
 import os
 import pathlib
 
-from harness.core import caseid, envcheck, matrix, paths
+from harness.core import caseid, envcheck, limits, matrix, paths
 from harness.core.errors import BadInput
 
 CASES = "cases/"
@@ -105,7 +105,7 @@ def case_options(spec: matrix.Session, workers: Workers | None = None) -> list[s
         "-p", "xdist", "-n", str((workers or Workers(1, "")).count), "--dist=load",
         "--max-worker-restart=100000",  # each crash costs one case: bounded by the cases
         "--capture=tee-sys",  # sys-level capture only: a dying worker's output reaches its log
-        f"--timeout={spec.case_timeout}", "--timeout-method=thread",
+        f"--timeout={limits.case_timeout(spec.case_timeout)}", "--timeout-method=thread",
         "-rfEX",
         *(["--lightning-cases"] if spec.lightning_of else []),  # the Lightning axis: only what Lightning touches
         *(["--cuda-cases"] if spec.device == "cuda" else []),  # the row's CPU cells are its CPU session's

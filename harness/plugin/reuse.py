@@ -134,7 +134,7 @@ def machine(spec: matrix.Session) -> dict:
 
 def options(spec: matrix.Session) -> dict:
     """The options of a session's run that change outcomes."""
-    return {"case_timeout": spec.case_timeout, "reruns": limits.case_reruns(), "memory_limit": limits.memory_limit(),
+    return {"case_timeout": limits.case_timeout(spec.case_timeout), "reruns": limits.case_reruns(), "memory_limit": limits.memory_limit(),
             "env": dict(spec.env)}
 
 

@@ -17,6 +17,7 @@ HERE = pathlib.Path(__file__).parent
 CUDA_LOG_ENV = "STANDIN_CUDA_LOG"
 NVML_COUNT_ENV = "STANDIN_NVML_COUNT"
 LIBRARIES = {"libcuda.so.1": "libcuda.c", "libnvidia-ml.so.1": "libnvidia-ml.c"}
+TOOL = "nvidia-smi"  # a stand-in answering the queries the harness makes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +30,8 @@ class DriverCall:
 
 
 def build(directory: os.PathLike) -> pathlib.Path:
-    """The stand-in libraries compiled into `directory`; returns it (for LD_LIBRARY_PATH)."""
+    """The stand-in libraries compiled into `directory`, with the stand-in nvidia-smi; returns it (for
+    LD_LIBRARY_PATH and PATH)."""
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     compiler = shutil.which("cc") or shutil.which("gcc")
@@ -38,12 +40,15 @@ def build(directory: os.PathLike) -> pathlib.Path:
     for library, source in LIBRARIES.items():
         subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(directory / library), str(HERE / source), "-ldl"],
                        check=True, capture_output=True, text=True)
+    shutil.copy2(HERE / TOOL, directory / TOOL)
     return directory
 
 
-def environment(directory: os.PathLike, log: os.PathLike, nvml_count: int = 1) -> dict:
-    """Variables under which a process finds the stand-in GPU: its libraries first on the loader's path."""
-    return {"LD_LIBRARY_PATH": os.pathsep.join([str(directory), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]),
+def environment(directory: os.PathLike, log: os.PathLike, nvml_count: int = 1, tool: bool = False) -> dict:
+    """Variables under which a process finds the stand-in GPU: its libraries first on the loader's path
+    (with `tool`, its nvidia-smi first on PATH too)."""
+    found = {"PATH": os.pathsep.join([str(directory), os.environ.get("PATH", "")])} if tool else {}
+    return {**found, "LD_LIBRARY_PATH": os.pathsep.join([str(directory), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]),
             CUDA_LOG_ENV: str(log), NVML_COUNT_ENV: str(nvml_count)}
 
 
