@@ -36,10 +36,10 @@ def _in_checkout(dist, root: pathlib.Path) -> bool:
 def installed_packages(root: pathlib.Path = paths.ROOT) -> list[str]:
     """`name==version` of every distribution the interpreter sees, but the checkout's own (`root`)."""
     names = {}
-    for dist in importlib.metadata.distributions():
+    for dist in importlib.metadata.distributions():  # in sys.path's order: the first of a name is the one imported
         name = dist.metadata["Name"]
         if name and not _in_checkout(dist, pathlib.Path(root).resolve()):
-            names[name.lower()] = f"{name}=={dist.version}"
+            names.setdefault(name.lower(), f"{name}=={dist.version}")
     return [names[key] for key in sorted(names)]
 
 

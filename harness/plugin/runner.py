@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
-import re
 import sys
 import traceback
 
@@ -23,6 +22,7 @@ from harness.core import limits, outcomes, records
 from harness.core.caseid import case_identity
 from harness.plugin import compilecaches, cudaguard, isolation, workerlog
 from harness.plugin.warmup import warm_up
+from harness.plugin.workdir import WorkingDirectory
 from harness.plugin.workerlog import WorkerLog
 
 CASE_RUN = pytest.StashKey["CaseRun"]()
@@ -102,35 +102,6 @@ def read_captured_output_with_replacement() -> None:
         return self.buffer.getvalue().decode("UTF-8", errors="replace")
 
     capture.CaptureIO.getvalue = getvalue
-
-
-class WorkingDirectory:
-    """An attempt runs in a directory of its own under pytest's base temporary directory (kept for
-    pytest's last three runs), so that what a case writes (`lightning_logs/`, a `torch.save` to a
-    relative path) never lands in the checkout. `kept`: where, when the case left something there;
-    an empty one is removed."""
-
-    def __init__(self, item):
-        name = re.sub(r"\W+", "_", case_identity(item)["case"])[:60]
-        self.path = item.config._tmp_path_factory.mktemp(f"case-{name}-", numbered=True)
-        self.kept = None
-
-    def __enter__(self):
-        self.before = os.getcwd()
-        os.chdir(self.path)
-        return self
-
-    def __exit__(self, *exc_info):
-        os.chdir(self.before)
-        try:
-            if any(self.path.iterdir()):
-                self.kept = self.path
-            else:
-                self.path.rmdir()
-        except FileNotFoundError:  # the case removed it
-            pass
-        except OSError:  # the case made it unreadable: it left something
-            self.kept = self.path
 
 
 # --- between attempts -----------------------------------------------------------------------------
