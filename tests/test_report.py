@@ -827,3 +827,18 @@ def test_torch_nightly_is_held_to_the_newest_release_for_information(tmp_path):
     assert "- **cpu_torch_nightly** (torch 2.16.0.dev20261125+cpu) against **cpu_torch215**: 3 cases compared, " \
            f"1 worse, 1 better: `{CK}`" in text
     assert 'id="nightly-torch"' in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_the_first_screen_says_what_of_the_matrix_ran_on_a_gpu_and_when_nothing_did(tmp_path):
+    without, with_gpu = tmp_path / "cpu-only", tmp_path / "with-gpu"
+    for directory in (without, with_gpu):
+        write_session(directory, "cpu_torch25", "2.5.1", {CK: "pass", CK_GPU: "skip", TE_GPU: "skip"})
+        write_session(directory, "cpu_torch26", "2.6.0", {CK: "pass", CK_GPU: "skip", TE_GPU: "skip"})
+    write_session(with_gpu, "cuda12_torch25", "2.5.1+cu124", {CK_GPU: "pass"}, gpu="NVIDIA H200")
+    none = render.build([without])
+    assert none["summary_parts"][1] == ("GPU: no CUDA row is measured: none of the 2 cases whose device is `cuda` has "
+                                        "run on a GPU (a CUDA session, `nox -s cudaNN_torchXY`, needs one: docs/gpu.md).")
+    some = render.build([with_gpu])
+    assert some["summary_parts"][1] == ("GPU: 1 CUDA row: cuda12_torch25 (torch 2.5.1+cu124, NVIDIA H200) ran 1 of the "
+                                        "2 cases whose device is `cuda`; 1 torch row has none on a GPU.")
+    assert some["summary_parts"][1] in render.render_markdown(some).split("## ")[0]  # above the first section

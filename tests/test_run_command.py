@@ -108,3 +108,24 @@ def test_a_cuda_session_runs_its_cuda_cells_only(pytester):
     results_file = paths.results_path(os.environ[sessions.SESSION_ENV], pytester.path / "results")
     assert [r["case"] for r in case_records(results_file)] == ["devices/on[cuda]"]
     assert json.loads(results_file.read_text().splitlines()[0])["workers"]["count"] == 1
+
+
+def test_ctrl_c_stops_the_run_and_pytest_writes_its_end_record(tmp_path):
+    """Ctrl-C reaches the whole foreground process group: `python -m harness run` lets pytest end its cases
+    and write its end record (it killed pytest mid-write before), and no case records the interrupt."""
+    import signal
+    import time
+
+    environ = {k: v for k, v in os.environ.items() if k not in (sessions.SESSION_ENV, sessions.WORKERS_ENV)}
+    environ[paths.RESULTS_ENV] = str(tmp_path)
+    run = subprocess.Popen([sys.executable, "-m", "harness", "run", MAIN.name], cwd=ROOT, env=environ,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    path = paths.results_path(MAIN.name, tmp_path)
+    deadline = time.monotonic() + 600
+    while not (path.exists() and len(path.read_text().splitlines()) > 10) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    os.killpg(run.pid, signal.SIGINT)
+    assert run.wait(timeout=300) == 2
+    back = records.read(path)
+    assert back[-1]["kind"] == "end" and back[-1]["exitstatus"] == 2, back[-1]
+    assert not [r for r in back if "KeyboardInterrupt" in (r.get("message") or "") + (r.get("exc_type") or "")]

@@ -155,7 +155,7 @@ def session_row(s: SessionResult, case_ids: list[str], devices: dict | None = No
     return {"name": s.name, "torch": s.torch, "device": s.device, "line": s.line, "label": s.label,
             "plain": s.plain if s.label else None, "lightning_of": s.lightning_of, "complete": s.complete and not missing, "finished": s.complete,
             "state": _state(s, missing), "lightning": s.environment.get("lightning"),
-            "cuda": s.environment.get("cuda"), "python": s.environment.get("python"),
+            "cuda": s.environment.get("cuda"), "gpu": s.environment.get("gpu"), "python": s.environment.get("python"),
             "started": s.environment.get("started"), "git_commit": s.environment.get("git_commit"),
             "cpu": s.environment.get("cpu"), "measured": measured(s),  # where and when its cells come from
             "counts": counts, "missing": missing, "absent": counts.get("absent", 0),

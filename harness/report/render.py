@@ -101,6 +101,25 @@ def _plural(n: int, word: str, plural: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else plural or word + 's'}"
 
 
+def gpu_coverage(data: dict) -> str:
+    """What of the matrix ran on a GPU, in one sentence, also where nothing did ('' without GPU cases)."""
+    wanted = sum(1 for row in data["cases"] if str((row.get("params") or {}).get("device")) == "cuda")
+    if not wanted:
+        return ""
+    rows = [s for s in data["sessions"] if s["device"] == "cuda"]
+    if not rows:
+        return (f"GPU: no CUDA row is measured: none of the {_plural(wanted, 'case')} whose device is `cuda` has "
+                "run on a GPU (a CUDA session, `nox -s cudaNN_torchXY`, needs one: docs/gpu.md).")
+    each = "; ".join(
+        f"{s['name']} (torch {s['torch']}, {s.get('gpu') or 'GPU not recorded'}) ran "
+        f"{sum(n for o, n in s['counts'].items() if o not in (NOT_RUN, 'absent')):,} of the {_plural(wanted, 'case')} "
+        "whose device is `cuda`" for s in rows)
+    plain_rows = {versions.torch_version(s["torch"]) for s in data["sessions"] if s["device"] != "cuda" and not s["lightning_of"]}
+    without = len(plain_rows - {versions.torch_version(s["torch"]) for s in rows})
+    return (f"GPU: {_plural(len(rows), 'CUDA row')}: {each}"
+            + (f"; {_plural(without, 'torch row')} {'has' if without == 1 else 'have'} none on a GPU." if without else "."))
+
+
 def summary_parts(data: dict) -> list[str]:
     """The report's opening paragraph, a sentence each, plain text; it counts cases, never results."""
     sessions = data["sessions"]
@@ -114,6 +133,9 @@ def summary_parts(data: dict) -> list[str]:
              + (f" ({len(axis)} of the Lightning axis: a row's pins with the newest Lightning that supports its "
                 f"torch, the cases that use Lightning only)" if axis else "")
              + f", {_plural(len(data['cases']), 'case')}."]
+    gpu = gpu_coverage(data)
+    if gpu:
+        parts.append(gpu)
     for newest in data["newest"]:
         counted = ", ".join(f"{n:,} {o}" for o, n in newest["counts"].items())
         parts.append(f"On the newest torch of {newest['line']} ({newest['torch']}, {newest['session']}), "

@@ -23,8 +23,14 @@ def _budget(parser, default: float | None) -> None:
     parser.add_argument("--budget", type=float, default=default, help="seconds this step may take (stopped at it)")
 
 
+def _seconds(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 1 or more")
+    return int(text)
+
+
 def _case_timeout(parser) -> None:
-    parser.add_argument("--case-timeout", type=int, default=None,
+    parser.add_argument("--case-timeout", type=_seconds, default=None,
                         help="seconds a case may run, in place of the row's case_timeout ($HARNESS_CASE_TIMEOUT)")
 
 

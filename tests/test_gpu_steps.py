@@ -1,0 +1,122 @@
+"""`python -m harness gpu ...`, the steps of a CUDA row on a GPU machine, tried here without one: the wheels
+derived from a row's pins, the preflight against the stand-in GPU (tests/standin_gpu: torch's own code runs,
+the driver finds no device) and without any, and a row cut off at its budget, then cells of it alone."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.core import matrix, paths, records, sessions
+from harness.tools.gpu import preflight, wheels
+from tests.conftest import ROOT
+from tests import standin_gpu
+
+MAIN = matrix.main_session()  # what this venv holds
+CUDA = next(s for s in matrix.load() if s.device == "cuda" and s.torch == MAIN.torch)
+
+
+def gpu_command(*args, env=None, timeout=900):
+    environ = {k: v for k, v in os.environ.items() if k not in (sessions.SESSION_ENV, sessions.WORKERS_ENV)}
+    environ.update(env or {})
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "harness", "gpu", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, env=environ, timeout=timeout)
+    return done, time.monotonic() - started
+
+
+def test_a_rows_wheels_are_its_lightning_pins_and_the_sessions_tools_and_only_the_missing_ones_go_in(tmp_path):
+    spec = matrix.find("cuda13_torch211")
+    wanted = wheels.requirements(spec)
+    assert wanted[:2] == ["lightning==2.6.4", "pytorch-lightning==2.6.4"]
+    assert "hypothesis==6.168.5" in wanted and not any(text.startswith("pip") for text in wanted)
+    for name in ("lightning-2.6.4-py3-none-any.whl", "lightning-2.6.6-py3-none-any.whl",
+                 "pytorch_lightning-2.6.4-py3-none-any.whl", "hypothesis-6.168.5-py3-none-any.whl"):
+        (tmp_path / name).write_bytes(b"")  # which to install is read from the names
+    image = {"lightning": "2.6.6", "pytorch-lightning": "2.6.6", "pytest": "8.4.1", "pytest-timeout": "2.4.0",
+             "pytest-xdist": "3.8.0", "packaging": "25.0", "hypothesis": "6.140.2", "expecttest": None}
+    chosen, missing = wheels.to_install(spec, tmp_path, image)
+    assert [p.name for p in chosen] == ["lightning-2.6.4-py3-none-any.whl", "pytorch_lightning-2.6.4-py3-none-any.whl",
+                                        "hypothesis-6.168.5-py3-none-any.whl"]
+    assert missing == ["expecttest not installed (needs expecttest>=0.3,<1)"]
+
+
+def test_gpu_wheels_downloads_them_for_the_gpu_machines_python(tmp_path):
+    done, _ = gpu_command("wheels", CUDA.name, "--python", "3.12", "--dest", tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = sorted(p.name.split("-")[0].lower() for p in tmp_path.glob("*.whl"))
+    assert names == ["expecttest", "hypothesis", "lightning", "packaging", "pytest", "pytest_timeout", "pytest_xdist",
+                     "pytorch_lightning"], names
+    assert all("cp311" not in p.name for p in tmp_path.glob("*.whl"))
+
+
+def test_the_preflight_on_the_stand_in_gpu_says_no_go_for_its_reasons_in_time(tmp_path, standin_libraries):
+    env = standin_gpu.environment(standin_libraries, tmp_path / "cuda.log", tool=True)
+    done, took = gpu_command("preflight", CUDA.name, "--work", tmp_path / "work", env=env)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "ok  facts: GPU 0: Stand-in GPU, driver 580.00, 81559 MiB, MIG Disabled; CUDA_VISIBLE_DEVICES unset"
+    assert lines[1].startswith("NO  pins: error: environment does not match session") and \
+        "torch.cuda.is_available() is False" in lines[1]  # the driver finds no device: torch's own runtime says so
+    by_check = {line.split(":")[0]: line for line in lines[2:-1]}
+    assert re.match(r"ok  collection: \d+ cases collected by the session's command", by_check["ok  collection"])
+    assert by_check["NO  forked children"].startswith("NO  forked children: 0 of ") and \
+        "RuntimeError: No CUDA GPUs are available" in by_check["NO  forked children"]
+    assert lines[-1].startswith(f"NO-GO for {CUDA.name} after ") and lines[-1].endswith("s: pins, forked children (above)")
+    assert took < preflight.PREFLIGHT_SECONDS + 15, took
+    calls = standin_gpu.driver_calls(tmp_path / "cuda.log")
+    assert calls and not any(c.inherited for c in calls)  # no child inherited a driver its parent initialised
+
+
+@pytest.mark.parametrize("where, says", [
+    ("no_gpu", "NO  facts: no nvidia-smi on PATH: no NVIDIA driver here"),
+    ("mig", "NO  facts: GPU 0: Stand-in GPU, driver 580.00, 81559 MiB, MIG Enabled; CUDA_VISIBLE_DEVICES unset: MIG is "
+            "on, and NVML cannot count MIG devices for the harness's guard"),
+])
+def test_the_preflight_stops_at_the_facts_where_the_machine_cannot_do(tmp_path, standin_libraries, where, says):
+    if where == "no_gpu":
+        env = {"PATH": os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                       if not os.path.exists(os.path.join(p, "nvidia-smi")))}
+    else:
+        env = {**standin_gpu.environment(standin_libraries, tmp_path / "cuda.log", tool=True), "STANDIN_MIG": "Enabled"}
+    done, took = gpu_command("preflight", CUDA.name, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [says, f"NO-GO for {CUDA.name} after 0 s: facts (above)"], done.stdout
+    assert took < 30
+
+
+@pytest.mark.parametrize("args, says", [
+    (["preflight", MAIN.name], f"error: {MAIN.name} is not a CUDA session: the GPU preflight is for cuda* sessions"),
+    (["preflight", "cuda13_torch99"], "error: unknown session 'cuda13_torch99' (did you mean "),
+    (["row", MAIN.name, "--out", "OUT", "--case-timeout", "0"],
+     "python -m harness gpu row: error: argument --case-timeout: '0' is not a number of seconds, 1 or more"),
+])
+def test_bad_input_is_one_line_and_touches_nothing(tmp_path, args, says):
+    done, _ = gpu_command(*[str(tmp_path / "out") if a == "OUT" else a for a in args])
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(says), done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.usefixtures("nested_compile_caches")
+def test_a_row_cut_off_at_its_budget_says_so_and_its_cells_run_alone_give_its_outcomes(tmp_path):
+    out = tmp_path / "row"
+    done, took = gpu_command("row", MAIN.name, "--out", out, "--budget", 30, "--case-timeout", 120)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = (out / "summary.txt").read_text().splitlines()
+    assert summary[0].endswith("; NOT COMPLETE; cut off at the budget") and summary[0] in done.stdout, summary
+    assert any(line.startswith("progress: ") for line in done.stdout.splitlines())
+    back = records.read(paths.results_path(MAIN.name, out / "results"))
+    end, cases = back[-1], [r for r in back if r["kind"] == "case"]
+    assert end["kind"] == "end" and end["exitstatus"] == 2 and 0 < len(cases) < 517, (end, len(cases))
+    assert not [r for r in cases if "KeyboardInterrupt" in (r.get("message") or "")]  # the stop is no case's failure
+    assert json.loads(paths.results_path(MAIN.name, out / "results").read_text().splitlines()[0])["reuse_keys"]
+    assert took < 30 + 60 + 30, took
+    done, _ = gpu_command("alone", MAIN.name, "--row", out, "--out", tmp_path / "alone", "--count", 2, "--budget", 300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.startswith("alone: 2 of 2 cells ("), done.stdout
