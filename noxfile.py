@@ -24,7 +24,7 @@ import nox
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # nox does not put it there
 
-from harness.core import caseid, limits, matrix, paths, runsession, sessions, venvs  # noqa: E402
+from harness.core import limits, matrix, paths, runsession, sessions, venvs  # noqa: E402
 from harness.core.errors import BadInput  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
@@ -37,13 +37,6 @@ SESSIONS = matrix.load()
 venvs.find_interpreters(s.python for s in SESSIONS)
 # The main job, and the only session plain `nox` runs: the newest torch on CPU.
 DEFAULT_SESSION = matrix.main_session(SESSIONS)
-
-
-def missing_test_files(args) -> list[str]:
-    """The arguments that name a Python file or a node id in one, and are not there."""
-    given = set(sessions.targets_in(args))
-    return [arg for arg in args if not arg.startswith("-") and arg not in given
-            and caseid.nodeid_file(arg).endswith(".py")]
 
 
 def link_venv_by_name(session: nox.Session, spec: matrix.Session) -> None:
@@ -66,9 +59,6 @@ def run_cases(session: nox.Session, spec: matrix.Session) -> None:
     """What every case session does (harness.core.runsession, as `python -m harness run` does it in an
     environment that is already there): check the machine, install the pins, check them, run the
     cases (or, with `-- --collect-only`, collect them: a CUDA session checked without a GPU)."""
-    missing = missing_test_files(session.posargs)
-    if missing:  # before any install; pytest would say only "no tests ran"
-        session.error(f"no such case file: {missing[0]}")
     link_venv_by_name(session, spec)
 
     def install() -> None:
@@ -111,7 +101,7 @@ def suite_workers() -> int:
 def tests(session: nox.Session) -> None:
     """Run the harness's own test suite (real torch, real compile, real nox) on a worker a core; pytest arguments narrow it (`-- tests/test_x.py -k y`, `-n 1`); then say which rows of the table are stale."""
     args = list(session.posargs)
-    missing = missing_test_files(args)
+    missing = sessions.missing_files(args)
     if missing:  # before any install; and under pytest-xdist, pytest's own "not found" error is lost
         session.error(f"no such test file: {missing[0]}")
     wheel = venvs.torch_wheel(DEFAULT_SESSION)  # the main job's torch build, chosen as its session chooses

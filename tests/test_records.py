@@ -39,7 +39,7 @@ def test_schema_1_records_read_in_todays_form(tmp_path):
     path = tmp_path / "s.jsonl"
     old = [{"schema": 1, **ENV},
            {"schema": 1, **CASE, "outcome": "known", "upstream": ["owner/repo#1", "owner/repo#2"]},
-           {"schema": 1, **CASE, "outcome": "fail", "upstream": ["owner/repo#3", "owner/repo#3"]}]
+           {"schema": 1, **CASE, "case": "f/w", "outcome": "fail", "upstream": ["owner/repo#3", "owner/repo#3"]}]
     path.write_text("".join(json.dumps(r) + "\n" for r in old))
     _, known, failed = records.read(path)
     assert known["reference"] == "owner/repo#1" and "upstream" not in known
@@ -256,3 +256,29 @@ def test_a_file_written_during_the_session_is_not_kept_as_an_earlier_run(tmp_pat
     assert not list((tmp_path / "previous").glob("*.jsonl"))
     assert [p.read_text() for p in (tmp_path / "previous").glob("*.foreign")] == ["a case wrote this\n"]
     assert writer.foreign["files"] and records.read(path)[0]["kind"] == "environment"
+
+
+@pytest.mark.parametrize("line, why", [
+    ({"kind": "case", "outcome": "pass"}, "a case record without 'case'"),
+    ({"kind": "case", "case": "f/v", "outcome": "pass", "params": "cpu"}, "a case record whose 'params' is str"),
+    ({"kind": "case", "case": "f/v", "outcome": "fail", "message": ["a", "list"]}, "a case record whose 'message' is list"),
+    ({"kind": "end", "counts": {}}, "a end record without 'exitstatus'"),
+], ids=["no_case", "params_str", "message_list", "end_without_status"])
+def test_a_record_of_a_damaged_shape_is_passed_over_and_said_in_one_line(tmp_path, line, why):
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps({"schema": 2, **r}) + "\n" for r in (ENV, line, {**CASE, "case": "f/ok"})))
+    said = []
+    back = records.read(path, passed_over=said.append)
+    assert [r.get("case") for r in back] == [None, "f/ok"]
+    assert len(said) == 1 and f"line 2: {why}" in said[0] and "\n" not in said[0], said
+
+
+def test_a_case_recorded_twice_is_said_and_the_first_record_kept(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps({"schema": 2, **r}) + "\n" for r in (
+        ENV, {**CASE, "outcome": "fail"}, {**CASE, "outcome": "pass"})))
+    said = []
+    back = records.read(path, passed_over=said.append)
+    assert [r["outcome"] for r in back[1:]] == ["fail"]
+    assert said == [f"{path}: 1 line(s) that are not the harness's records passed over (line 3: f/v recorded again "
+                    "(fail at line 2, then pass): the first record is kept)"]

@@ -842,3 +842,19 @@ def test_the_first_screen_says_what_of_the_matrix_ran_on_a_gpu_and_when_nothing_
     assert some["summary_parts"][1] == ("GPU: 1 CUDA row: cuda12_torch25 (torch 2.5.1+cu124, NVIDIA H200) ran 1 of the "
                                         "2 cases whose device is `cuda`; 1 torch row has none on a GPU.")
     assert some["summary_parts"][1] in render.render_markdown(some).split("## ")[0]  # above the first section
+
+
+def test_a_damaged_results_file_is_said_in_the_report_never_a_traceback(tmp_path):
+    write_session(tmp_path, "cpu_torch25", "2.5.1", {CK: {"outcome": "fail", "message": "Tensor-likes are not close!"}})
+    path = tmp_path / "cpu_torch25.jsonl"
+    lines = path.read_text().splitlines()
+    twice = json.loads(lines[1])
+    lines[2:2] = [json.dumps({**twice, "outcome": "pass"}), json.dumps({"schema": 2, "kind": "case", "outcome": "pass"})]
+    path.write_text("\n".join(lines) + "\n")
+    done = run_cli(tmp_path, "--out", tmp_path / "out", "--no-since-committed")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
+    notes = [line for line in done.stdout.splitlines() if line.startswith("note: ")]
+    assert any(f"line 3: {CK} recorded again (fail at line 2, then pass): the first record is kept" in n for n in notes)
+    assert any("line 4: a case record without 'case'" in n for n in notes), notes
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert {c["case"]: c["cells"]["cpu_torch25"]["outcome"] for c in data["cases"]}[CK] == "fail"

@@ -187,6 +187,16 @@ def case_identity(item) -> CaseIdentity:
     return CaseIdentity(case=str(case_id), family=family, params=params, nodeid=item.nodeid)
 
 
+COLLECTION_ERROR = "collection-error"  # the variant of a case file that cannot be collected: no test function's name
+
+
+def collection_identity(path: str) -> CaseIdentity:
+    """The record's identity of a case file that cannot be collected (`cases/test_x.py` -> `x/collection-error`):
+    its node id is the file, which a later run collects again."""
+    case_id = CaseId(family_of(path), COLLECTION_ERROR)
+    return CaseIdentity(case=str(case_id), family=case_id.family, params={"variant": COLLECTION_ERROR}, nodeid=path)
+
+
 def identity_from_nodeid(nodeid: str) -> CaseIdentity:
     """What a record can say of a case known only by its node id (its process died before
     telling more): its parameters in pytest's order."""

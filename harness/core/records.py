@@ -95,6 +95,10 @@ class EndRecord(TypedDict, total=False):
     reused: int
     seconds: float
     foreign: dict  # what the session found in its results file that it did not write (resultsfile), if anything
+    interrupted: str  # why the run stopped before its cases ended (Ctrl-C, a stop), if it did
+    missing: int  # cases the run collected and recorded nothing of
+    missing_cases: list  # the first MISSING_NAMED of them, by node id
+    cuda_refused: list  # what the CUDA guard refused after the environment record was written
 
 
 CASE_KEYS = ("case", "family", "params", "outcome", "exc_type", "message", "reference", "declared")
@@ -217,6 +221,17 @@ def identity(session: str, torch: str | None = None, gpu: bool = False) -> Ident
                         lightning_of=None)
 
 
+MISSING_NAMED = 20
+STOPPED_EXIT = (2, 3, 4)  # pytest's interrupted, internal error, usage error: the cases did not all run
+
+
+def run_complete(end: dict | None) -> bool:
+    """Whether the run an end record closes recorded every case it collected: it was not interrupted,
+    nothing it collected is missing (an end record of an older schema says neither: its exit status)."""
+    return (end is not None and end.get("kind") == "end" and not end.get("interrupted") and not end.get("missing")
+            and end.get("exitstatus") not in STOPPED_EXIT)
+
+
 def end_record(exitstatus: int, counts: dict, reused: int, seconds: float | None = None) -> EndRecord:
     """The record that closes a finished run: pytest's exit status, the cases by outcome, how many
     were carried over from an earlier run, and (for its timings file, harness.core.timings) its seconds."""
@@ -268,6 +283,14 @@ class ResultsError(BadInput):
     """A results file cannot be written or read."""
 
 
+# What each kind of record must hold for a reader to use it (key: its types), and the types of what it may
+# hold; a record otherwise is passed over and said, as a line that is no record is.
+REQUIRED = {"case": {"case": (str,)}, "end": {"exitstatus": (int,)}, "environment": {}}
+TYPED = {"case": {"family": (str,), "params": (dict,), "message": (str, type(None)), "exc_type": (str, type(None)),
+                  "nodeid": (str,)},
+         "end": {"counts": (dict,)}, "environment": {"session": (str,)}}
+
+
 def _record_of(line: bytes) -> tuple[dict | None, str]:
     """(the record a results line holds, or None and why it is not one)."""
     try:
@@ -283,6 +306,12 @@ def _record_of(line: bytes) -> tuple[dict | None, str]:
                       f"{', '.join(map(str, READABLE_SCHEMAS))}")
     if record["kind"] == "case" and record.get("outcome") not in OUTCOMES:
         return None, f"unknown outcome {record.get('outcome')!r}"
+    for key in REQUIRED.get(record["kind"], {}):
+        if key not in record:
+            return None, f"a {record['kind']} record without {key!r}"
+    for key, kinds in {**REQUIRED.get(record["kind"], {}), **TYPED.get(record["kind"], {})}.items():
+        if key in record and not isinstance(record[key], kinds):
+            return None, f"a {record['kind']} record whose {key!r} is {type(record[key]).__name__}"
     return upgrade(record), ""
 
 
@@ -300,7 +329,7 @@ def read(path: pathlib.Path, passed_over=warn) -> list[dict]:
         lines = path.read_bytes().split(b"\n")
     except OSError as exc:
         raise ResultsError(f"{path}: cannot read: {exc}") from exc
-    found, foreign = [], []
+    found, foreign, seen = [], [], {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -309,10 +338,16 @@ def read(path: pathlib.Path, passed_over=warn) -> list[dict]:
             raise ResultsError(f"{path}:{number}: {why}")
         if not found and record["kind"] != "environment":
             raise ResultsError(f"{path}:{number}: the file does not start with an environment record")
+        if record is not None and record["kind"] == "case" and record["case"] in seen:
+            first_line, first = seen[record["case"]]
+            record, why = None, (f"{record['case']} recorded again ({first['outcome']} at line {first_line}, then "
+                                 f"{record['outcome']}): the first record is kept")
         if record is None:
             foreign.append(f"line {number}: {why}")
         else:
             found.append(record)
+            if record["kind"] == "case":
+                seen[record["case"]] = (number, record)
     if not found:
         raise ResultsError(f"{path}:1: the file does not start with an environment record")
     if foreign:

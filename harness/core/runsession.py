@@ -47,6 +47,7 @@ def run(spec: matrix.Session, posargs, python: str, cache_root: os.PathLike, ste
     session), CarriedFailures, or what `step` raises."""
     collect = sessions.collect_only(posargs)
     limits.case_timeout(spec.case_timeout)  # a bad $HARNESS_CASE_TIMEOUT, before anything is installed
+    sessions.check_args(posargs)
     if not collect:
         envcheck.require_gpu(spec)
     if install is not None:

@@ -92,6 +92,49 @@ def targets_in(args) -> list[str]:
     return found
 
 
+def missing_files(args) -> list[str]:
+    """The arguments that name a Python file or a node id in one, and are not there."""
+    given = set(targets_in(args))
+    return [arg for arg in args if not arg.startswith("-") and arg not in given
+            and caseid.nodeid_file(arg).endswith(".py")]
+
+
+def _values(args, option: str) -> list[str]:
+    """The values given to `option` among pytest arguments (`--opt V` and `--opt=V`)."""
+    found = []
+    for index, arg in enumerate(args):
+        if arg == option and index + 1 < len(args):
+            found.append(args[index + 1])
+        elif arg.startswith(option + "="):
+            found.append(arg.split("=", 1)[1])
+    return found
+
+
+def _number(text: str, kind=float, least: float = 0) -> bool:
+    try:
+        return kind(text) >= least
+    except ValueError:
+        return False
+
+
+def check_args(args) -> None:
+    """BadInput for a session's pytest argument that cannot be right, said before anything is installed or
+    run: a case file that is not there, a time limit or rerun count below zero or not a number, a worker
+    count that is not one, a memory limit that does not read."""
+    args = list(args)
+    missing = missing_files(args)
+    if missing:
+        raise BadInput(f"no such case file: {missing[0]}")
+    for option, kind, what in (("--timeout", float, "a number of seconds, 0 or more"),
+                               ("--case-reruns", int, "a number of reruns, 0 or more"),
+                               ("-n", int, "a number of workers, 0 or more"), ("--numprocesses", int, "a number of workers, 0 or more")):
+        for value in _values(args, option):
+            if not _number(value, kind) and not (option in ("-n", "--numprocesses") and value in ("auto", "logical")):
+                raise BadInput(f"{option} {value!r}: {what}")
+    for value in _values(args, "--memory-limit"):
+        limits.memory_limit_bytes(value)
+
+
 def case_options(spec: matrix.Session, workers: Workers | None = None) -> list[str]:
     """How a session runs its cases: in an xdist worker, so that a crash or a hang costs one
     case and not the session (a dead worker is replaced, and xdist's `load` scheduling does
@@ -107,6 +150,7 @@ def case_options(spec: matrix.Session, workers: Workers | None = None) -> list[s
         "--capture=tee-sys",  # sys-level capture only: a dying worker's output reaches its log
         f"--timeout={limits.case_timeout(spec.case_timeout)}", "--timeout-method=thread",
         "-rfEX",
+        "--continue-on-collection-errors",  # a file that cannot be collected is its own record; the others run
         *(["--lightning-cases"] if spec.lightning_of else []),  # the Lightning axis: only what Lightning touches
         *(["--cuda-cases"] if spec.device == "cuda" else []),  # the row's CPU cells are its CPU session's
     ]

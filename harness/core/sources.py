@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import io
+import json
 import pathlib
 import tokenize
 
@@ -75,11 +76,33 @@ def case_support_files(root: pathlib.Path = paths.ROOT) -> list[pathlib.Path]:
     return [p for p in sorted((root / "cases").rglob("*.py")) if not p.name.startswith(caseid.TEST_PREFIX)]
 
 
+PYTEST_SETTINGS = "pyproject.toml [tool.pytest.ini_options]"
+PYTEST_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "conftest.py")  # also read by pytest at the root
+
+
+def pytest_configuration(root: pathlib.Path = paths.ROOT) -> dict[str, str]:
+    """pytest's configuration of a session's run, which changes what a case does (`filterwarnings =
+    ["error"]` fails a case that warns): pyproject.toml's pytest table, and the files pytest reads at the
+    checkout's root where they exist."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    found = {}
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        table = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {})
+        text = json.dumps(table, sort_keys=True)
+        found[PYTEST_SETTINGS] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    found.update({name: digest(root / name) for name in PYTEST_FILES if (root / name).is_file()})
+    return found
+
+
 def source_digests(root: pathlib.Path = paths.ROOT) -> dict[str, str]:
-    """Every source the keys hold, by its path from the checkout's root ('/'-separated): the same in
-    every clone of one commit."""
+    """Every source the keys hold, by its path from the checkout's root ('/'-separated), and pytest's
+    configuration: the same in every clone of one commit."""
     files = [*session_modules(root), *case_support_files(root), *family_files(root).values()]
-    return {p.relative_to(root).as_posix(): digest(p) for p in files}
+    return {**{p.relative_to(root).as_posix(): digest(p) for p in files}, **pytest_configuration(root)}
 
 
 def source_changes(recorded: dict, now: dict) -> list[str]:

@@ -12,7 +12,9 @@ session's venv, and every module of it (with harness/core) is in the reuse key (
 
 from __future__ import annotations
 
+import json
 import os
+import pathlib
 
 import pytest
 
@@ -53,6 +55,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    _check_limits(config)
     config.addinivalue_line(
         "markers",
         "upstream_bug(ref, raises, match=None, since=None, until=None): a known upstream bug on torch "
@@ -92,6 +95,23 @@ def pytest_configure(config):
                 raise pytest.UsageError(f"harness: {exc}") from None
 
         config.pluginmanager.register(scheduling, "harness-scheduling")
+        from harness.plugin.workerdeaths import WorkerDeaths
+
+        config.pluginmanager.register(WorkerDeaths(), "harness-worker-deaths")
+
+
+def _check_limits(config) -> None:
+    """A memory limit or time limit that cannot be right is one line (xdist's controller says it before
+    any worker starts), not a traceback in each worker."""
+    from harness.core.errors import BadInput
+
+    try:
+        limits.memory_limit_bytes(config.getoption("memory_limit"))
+    except BadInput as exc:
+        raise pytest.UsageError(f"harness: {exc}") from None
+    timeout = getattr(config.option, "timeout", None)
+    if timeout is not None and float(timeout) < 0:
+        raise pytest.UsageError(f"harness: --timeout {timeout}: a number of seconds, 0 or more (0: no limit)")
 
 
 def xdist_distributes(config) -> bool:
@@ -105,13 +125,26 @@ def xdist_distributes(config) -> bool:
 def pytest_collection_modifyitems(config, items):
     """--lightning-cases: the cases that do not use Lightning are deselected (their outcome does not
     depend on its release; the row's own session runs them). --cuda-cases: those that do not run on
-    the GPU are (the row's CPU session runs them)."""
-    for option, select in (("lightning_cases", lightning_use.lightning_items), ("cuda_cases", cuda_items)):
-        if config.getoption(option):
+    the GPU are (the row's CPU session runs them). --reuse-plan: those whose record is carried over are
+    (every other case the file holds runs: one the last run never recorded too)."""
+    selections = [(config.getoption(option), select) for option, select in
+                  (("lightning_cases", lightning_use.lightning_items), ("cuda_cases", cuda_items))]
+    plan = config.getoption("reuse_plan")
+    if plan:
+        carried = {record["case"] for record in json.loads(pathlib.Path(plan).read_text())["carried"]}
+        selections.append((True, lambda found: _not_carried(found, carried)))
+    for wanted, select in selections:
+        if wanted:
             chosen, others = select(items)
             if others:
                 config.hook.pytest_deselected(items=others)
                 items[:] = chosen
+
+
+def _not_carried(items, carried: set) -> tuple[list, list]:
+    """(the cases without a carried record, the others)."""
+    running = [item for item in items if case_identity(item)["case"] not in carried]
+    return running, [item for item in items if case_identity(item)["case"] in carried]
 
 
 def cuda_items(items) -> tuple[list, list]:

@@ -119,6 +119,25 @@ class ResultsRecorder:
     def pytest_xdist_node_collection_finished(self, node, ids):
         self.collected = ids
 
+    def pytest_collection_finish(self, session):
+        """What this process collected, where it runs the cases itself (xdist's workers say theirs)."""
+        if getattr(self.config.option, "dist", "no") == "no" or self.config.option.collectonly:
+            self.collected = [item.nodeid for item in session.items]
+
+    def pytest_collectreport(self, report):
+        """A case file that cannot be collected is a record of its own, the harness's `error`, named after
+        its file: the run's other files go on, and every later run collects it again until it can."""
+        if not report.failed or self.config.option.collectonly:
+            return
+        lines = [line[1:].strip() for line in report.longreprtext.splitlines() if line.startswith("E ")]
+        reason = lines[-1] if lines else (report.longreprtext.strip().splitlines() or ["?"])[-1]
+        exc_type, _, message = reason.partition(": ")
+        identity = caseid.collection_identity(caseid.nodeid_file(report.nodeid))
+        data = records.phase_data(identity, "collect", "error", exc_type=exc_type if message else None,
+                                  message=f"cannot collect {identity['nodeid']}: {reason}")
+        self.counts["error"] = self.counts.get("error", 0) + 1
+        self._write(records.case_record(data, metrics={}, duration=0.0, nodeid=identity["nodeid"], location=None))
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem, report, sched):
         """A worker died running `crashitem`: the record says how, from what the worker printed.
@@ -155,6 +174,8 @@ class ResultsRecorder:
             except records.ResultsError as exc:
                 raise pytest.UsageError(str(exc)) from None
             self.timings = timings.Writer(self.path)
+            # The JUnit file beside it was the earlier run's: a run stopped before its end must not leave it.
+            self.path.with_suffix(".xml").unlink(missing_ok=True)
             environment = self.environment.result()
             environment["workers"] = {"count": getattr(self.config.option, "numprocesses", None) or 0,
                                       "basis": os.environ.get(WORKERS_BASIS_ENV)}
@@ -234,6 +255,13 @@ class ResultsRecorder:
             return
         end = records.end_record(int(session.exitstatus), self.counts, len(carried),
                                  round(time.time() - self.started, 2))
+        stopped = session.shouldstop or session.shouldfail
+        if stopped or int(session.exitstatus) in records.STOPPED_EXIT:
+            end["interrupted"] = str(stopped) if isinstance(stopped, str) else f"pytest exit status {int(session.exitstatus)}"
+        recorded = {r.get("nodeid") for r in self.writer.records() if r.get("kind") == "case"}
+        missing = [nodeid for nodeid in getattr(self, "collected", None) or [] if nodeid not in recorded]
+        if missing:  # collected and never recorded: the run is not complete, and a later one runs them
+            end.update(missing=len(missing), missing_cases=missing[:records.MISSING_NAMED])
         late = self._refused_since_start()
         if late:  # the environment record was written before these: the run's whole story is here
             end["cuda_refused"] = late

@@ -149,8 +149,9 @@ def family_keys(spec: matrix.Session, root: pathlib.Path = paths.ROOT, sources: 
 
 
 def source(directory: pathlib.Path, session: str) -> list[dict]:
-    """The records of the session's last run in `directory` if it can be reused from: it finished,
-    ran the full session and kept its keys; else nothing."""
+    """The records of the session's last run in `directory` if it can be reused from: it ended (its end
+    record), ran the full session and kept its keys; else nothing. A run that stopped early is a source for
+    what it recorded only (records.run_complete: plan() runs the rest)."""
     path = paths.results_path(session, directory)
     if not path.is_file():
         return []
@@ -159,15 +160,19 @@ def source(directory: pathlib.Path, session: str) -> list[dict]:
     except records.ResultsError as error:
         print(f"harness: nothing reused from {path}, which cannot be read: {error}", file=sys.stderr)
         return []
-    return found if found[-1]["kind"] == "end" and found[0].get("reuse_keys") else []
+    return found if found and found[-1]["kind"] == "end" and found[0].get("reuse_keys") else []
 
 
 def plan(spec: matrix.Session, directory: pathlib.Path, fresh: bool = False, root: pathlib.Path = paths.ROOT) -> dict:
-    """Which families and cases run, and which records are carried over."""
+    """Which families and cases run, and which records are carried over. A family runs whole where its key
+    changed, or where the last run did not record every case it collected (pytest then leaves out the
+    cases whose record is carried, harness.plugin: the rest run); a case whose record is never carried
+    (the harness's `error`, a file that could not be collected) runs again."""
     sources = source_digests(root)
     keys = family_keys(spec, root, sources)
     previous = [] if fresh else source(directory, spec.name)
     previous_keys = previous[0].get("reuse_keys", {}) if previous else {}
+    complete = bool(previous) and records.run_complete(previous[-1])
     origin = previous[0].get("reused_from") or {"started": previous[0].get("started"),
                                                  "git_commit": previous[0].get("git_commit")} if previous else None
     carried, run = [], []
@@ -176,13 +181,16 @@ def plan(spec: matrix.Session, directory: pathlib.Path, fresh: bool = False, roo
         if keys[family] != previous_keys.get(family):
             run.append(relative)
             continue
-        for record in (r for r in previous if r["kind"] == "case" and r["family"] == family):
+        again = []
+        for record in (r for r in previous if r["kind"] == "case" and r.get("family") == family):
             if record["outcome"] in outcomes.NOT_CARRIED:
-                run.append(record["nodeid"])
+                again.append(record["nodeid"])
             else:
                 carried.append({**record, "reused_from": record.get("reused_from") or origin})
+        run += [relative] if not complete or relative in again else again
     return {"session": spec.name, "keys": keys, "sources": sources, "run": run, "carried": carried,
-            "exitstatus": exit_status(carried), "previous_environment": previous[0] if previous else None}
+            "exitstatus": exit_status(carried), "previous_environment": previous[0] if previous else None,
+            "previous_complete": complete}
 
 
 def carry_everything(the_plan: dict, path: pathlib.Path) -> None:
@@ -225,8 +233,11 @@ def main(argv=None) -> int:
         return 2
     pathlib.Path(args.plan).write_text(json.dumps(the_plan, default=str))
     run = ", ".join(t if caseid.is_nodeid(t) else caseid.family_of(t) for t in the_plan["run"]) or "nothing"
+    unfinished = the_plan["previous_environment"] is not None and not the_plan["previous_complete"]
     print(f"{spec.name}: {len(the_plan['carried'])} records reused"
-          + (" (fresh run)" if fresh else "") + f"; to run: {run}", file=sys.stderr)
+          + (" (fresh run)" if fresh else "")
+          + (" (the last run did not record every case it collected: what it missed runs)" if unfinished else "")
+          + f"; to run: {run}", file=sys.stderr)
     if not the_plan["run"]:
         carry_everything(the_plan, paths.results_path(spec.name))
     return 0

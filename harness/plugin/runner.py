@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
+import signal
 import sys
 import traceback
 
@@ -212,6 +213,11 @@ class CaseRunner:
     def pytest_sessionstart(self, session):
         if self.log is not None:
             self.log.capture()
+        if self.worker != "main":
+            # xdist's controller owns Ctrl-C (it stops handing out cases and writes the end record); a case
+            # that interrupts its worker, or its own process (inherited by each case's process), costs
+            # nothing else.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.previous_memory_limit = limits.limit_memory(self.memory)
         # Made here, once: a forked child that made it first would make it anew, deleting what every
         # earlier case left there (with xdist the base is given, and pytest clears a given one).

@@ -36,7 +36,7 @@ import xml.etree.ElementTree as ElementTree
 
 from packaging import version
 
-from harness.core import matrix, paths, records, venvs
+from harness.core import matrix, outputs, paths, records, venvs
 from harness.core.errors import BadInput
 from harness.report import cards
 from harness.report import findings as catalogue
@@ -86,14 +86,12 @@ def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) 
     env.update(TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"), TRITON_CACHE_DIR=str(caches / "triton"),
                TMPDIR=str(caches))
     caches.mkdir()
-    try:
-        done = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                               f"--rootdir={here}", test_file.name], cwd=here, capture_output=True, text=True,
-                              env=env, timeout=FILE_TIMEOUT)
-    except subprocess.TimeoutExpired:
+    code, printed = outputs.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                                 f"--rootdir={here}", test_file.name], timeout=FILE_TIMEOUT, cwd=here, env=env)
+    if code is None:
         return f"ran past {FILE_TIMEOUT} s"
     if not report.is_file():
-        return (done.stderr.strip().splitlines() or [f"pytest exit {done.returncode}"])[-1][:200]
+        return (printed.strip().splitlines() or [f"pytest exit {code}"])[-1][:200]
     found = {}
     for case in ElementTree.parse(report).getroot().iter("testcase"):
         # a collection error: a testcase named after the module, with no class
@@ -104,7 +102,7 @@ def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) 
         status = ("failed" if case.find("failure") is not None or case.find("error") is not None
                   else "skipped" if case.find("skipped") is not None else "passed")
         found[case.get("name")] = status
-    return found or (done.stdout.strip().splitlines() or ["no test collected"])[-1][:200]
+    return found or (printed.strip().splitlines() or ["no test collected"])[-1][:200]
 
 
 def split_kind(kind: str) -> tuple[str, str | None]:

@@ -87,6 +87,7 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
     data["findings_unmatched"] = findings.attach(data["failing"], findings.load())
     data["reused"] = sum(s["reused"] for s in data["sessions"])
     data["verdict"] = against.verdict(data, expect, fail_on_regression)
+    data["verdict"]["notes"] += [note for s in sessions for note in s.notes]  # lines the reader passed over
     for entry in data["nightly_torch"]:  # for information: a pre-release's changes are upstream's to confirm
         if entry["worse"]:
             data["verdict"]["notes"].append(

@@ -24,6 +24,7 @@ class SessionResult:
     cases: dict[str, dict]  # case id -> record
     end: dict | None
     path: pathlib.Path
+    notes: list = dataclasses.field(default_factory=list)  # what its reader passed over, said in the report
 
     @property
     def identity(self) -> records.Identity:
@@ -37,7 +38,8 @@ class SessionResult:
     lightning_of = property(lambda self: self.identity.get("lightning_of"))  # the Lightning axis (schema 2 may lack it)
     torch = property(lambda self: self.environment.get("torch") or "?")
     version = property(lambda self: versions.torch_version(self.environment.get("torch")))
-    complete = property(lambda self: self.end is not None)
+    # Every case it collected has a record, and nothing stopped it (records.run_complete).
+    complete = property(lambda self: records.run_complete(self.end))
 
     def sort_key(self):
         """Columns by torch row: its plain CPU session, its CUDA sessions beside it (one per CUDA
@@ -54,13 +56,14 @@ class SessionResult:
 
 
 def load_session(path: pathlib.Path) -> SessionResult:
+    notes: list[str] = []
     try:
-        found = timings.merged(records.read(path), timings.read(path))  # times where this run's are kept
+        found = timings.merged(records.read(path, passed_over=notes.append), timings.read(path))
     except records.ResultsError as exc:
         raise ReportError(str(exc)) from None
     cases = {r["case"]: r for r in found[1:] if r["kind"] == "case"}
     end = next((r for r in found[1:] if r["kind"] == "end"), None)
-    return SessionResult(found[0], cases, end, path)
+    return SessionResult(found[0], cases, end, path, notes)
 
 
 def load_dirs(directories) -> list[SessionResult]:

@@ -25,11 +25,10 @@ Exit status: 0 when the case ran on at least one version, 1 when on none, 2 for 
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 import sys
 import tempfile
 
-from harness.core import matrix, paths, records, sessions, venvs
+from harness.core import matrix, outputs, paths, records, sessions, venvs
 from harness.tools.repro import collector
 from harness.tools.targets import Target, environment, run_script, span, targets_of
 
@@ -48,15 +47,13 @@ def run_case(target: Target, nodeid: str, case_id: str) -> Result:
         command = [str(target.python), *sessions.pytest_args(
             spec, [nodeid, "-q", "-p", "no:cacheprovider", "--results-dir", tmp, "--session-name", target.session])]
         env = sessions.clean_env(**(sessions.case_cache_env(target.spec, venvs.venv_of(target.python)) if target.spec else {}))
-        try:
-            done = subprocess.run(command, cwd=paths.ROOT, env=env, capture_output=True, text=True,
-                                  errors="replace", timeout=spec.case_timeout + 600)
-        except subprocess.TimeoutExpired:
+        code, printed = outputs.run(command, timeout=spec.case_timeout + 600, cwd=paths.ROOT, env=env)
+        if code is None:
             return Result(target, "timeout", "no result in time")
         _, record = records.find_case(paths.results_path(target.session, tmp), case_id)
     if record is None:
-        tail = " | ".join(line for line in (done.stdout + done.stderr).splitlines() if line.strip())[-300:]
-        return Result(target, "error", f"pytest exit {done.returncode}, no record: {tail}")
+        tail = " | ".join(line for line in printed.splitlines() if line.strip())[-300:]
+        return Result(target, "error", f"pytest exit {code}, no record: {tail}")
     message = (record.get("exc_type") or "").rsplit(".", 1)[-1]
     message = f"{message}: {record.get('message')}" if message and record.get("message") else record.get("message") or ""
     if record.get("reference"):

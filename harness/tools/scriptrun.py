@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from harness.core import limits, outcomes, sessions
+from harness.core import limits, outcomes, outputs, sessions
 from harness.core.venvs import SessionError
 
 DEFAULT_TIMEOUT = float(limits.DEFAULT_TIME_LIMIT)
@@ -153,14 +153,14 @@ def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEO
         if blocked:
             command = [os.path.abspath(python), "-I", "-c", FRESH_WITH_BLOCKED, ",".join(blocked), str(script)]
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True,
+                                   stderr=subprocess.STDOUT, start_new_session=True,
                                    preexec_fn=lambda limit=memory_limit_bytes(memory_limit): limits.limit_memory(limit))
+        drain = outputs.Drain(process.stdout)  # what it prints, within a bound
         try:
-            output, _ = process.communicate(timeout=timeout)
-            code = process.returncode
+            code = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)  # and inductor's compile workers with it
-            output, _ = process.communicate()
+            process.wait()
             code = None
         finally:
             try:  # what the script left running in its group (compile workers)
@@ -168,7 +168,8 @@ def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEO
             except ProcessLookupError:
                 pass
             process.wait()
-    return classify(code, output or "", time.monotonic() - started, timeout)
+        output = drain.text()
+    return classify(code, output, time.monotonic() - started, timeout)
 
 
 # --- many short runs: forked from a process that has imported torch once ------------------------------
@@ -278,7 +279,7 @@ class WarmRunner:
             reply = json.loads(self.process.stdout.readline())
         except (OSError, ValueError) as exc:
             raise SessionError(f"the warm runner of {self.python} died: {exc}") from exc
-        text = output.read_text(errors="replace") if output.exists() else ""
+        text = outputs.read_file(output)
         return classify(reply["code"], text, time.monotonic() - started, timeout)
 
     def close(self) -> None:
