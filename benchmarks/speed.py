@@ -20,6 +20,11 @@ Parts:
             warm with nothing changed (into a copy of those results), and warm after one family's
             file changed (a copy of the project with a line of code added to it); per session (through nox
             and in pytest), per family; --tag narrows it (`--tag lightning`: the Lightning axis)
+  workers   the session through nox, cold (every case afresh, `-- --fresh`, compile caches emptied) at one
+            worker and at the count chosen for this machine (HARNESS_WORKERS unset): wall and pytest
+            times, and every cell whose outcome differs between the two
+  rerun     the session through nox, then again with nothing changed: the second run's wall time, and
+            whether its results file is byte-identical to the first's
 Targets: warm environment <= 5 s; warm session <= 1/3 of cold; harness overhead < 5 %;
 matrix warm with nothing changed < 60 s in all.
 """
@@ -208,6 +213,40 @@ def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str, 
     return figures
 
 
+def _nox_session(spec, results: pathlib.Path, *args, workers: str | None = None) -> float:
+    env = {paths.RESULTS_ENV: str(results), sessions.WORKERS_ENV: workers or ""}
+    return timed([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", spec.name, "--envdir",
+                  str(ROOT / ".nox"), *(["--", *args] if args else [])], env=env)
+
+
+def worker_counts(spec, work: pathlib.Path) -> dict:
+    """The session cold at 1 worker and at the count chosen here; outcomes compared cell for cell."""
+    venvs.ensure_venv(spec.name)
+    chosen = sessions.choose_workers(spec) if not os.environ.get(sessions.WORKERS_ENV) else None
+    figures = {"chosen": chosen and chosen.basis}
+    for label, count in (("1", "1"), ("chosen", None)):
+        shutil.rmtree(sessions.compile_caches(venvs.venv_dir(spec.name)), ignore_errors=True)
+        results = work / f"workers-{label}"
+        figures[f"wall {label}"] = _nox_session(spec, results, "--fresh", workers=count)
+        figures[f"pytest {label}"] = timings.read(results / f"{spec.name}.jsonl").get("seconds")
+        figures[f"outcomes {label}"] = _outcomes(results / f"{spec.name}.jsonl")
+    one, many = figures.pop("outcomes 1"), figures.pop("outcomes chosen")
+    figures["cells"] = len(one)
+    figures["differ"] = sorted((c, one.get(c), many.get(c)) for c in set(one) | set(many) if one.get(c) != many.get(c))
+    return figures
+
+
+def rerun(spec, work: pathlib.Path) -> dict:
+    """The session, then again with nothing changed: the second's time, and whether the file is the same."""
+    results = work / "rerun"
+    _nox_session(spec, results)
+    path = results / f"{spec.name}.jsonl"
+    before = path.read_bytes()
+    seconds = _nox_session(spec, results)
+    return {"second run": seconds, "byte-identical": path.read_bytes() == before,
+            "records": sum(1 for r in records.read(path) if r["kind"] == "case")}
+
+
 def _outcomes(path: pathlib.Path) -> dict:
     return {r["case"]: r["outcome"] for r in records.read(path) if r["kind"] == "case"}
 
@@ -268,6 +307,16 @@ def main() -> None:
                 rounds = ", ".join(f"{s:.1f}" for s in costs["rounds"][mode])
                 print(f"  session's command, --isolation={mode:5s}       {costs[mode]:7.1f} s  (median of {rounds}; cold)")
             print(f"  cost of a process per case               {costs['cost'] * 100:6.1f} %  (budget 25 %)")
+        if "workers" in parts:
+            runs = figures["workers"] = worker_counts(spec, work)
+            print(f"  session cold at 1 worker                 {runs['wall 1']:7.1f} s  (pytest {runs['pytest 1']} s)")
+            print(f"  session cold at the chosen count         {runs['wall chosen']:7.1f} s  (pytest {runs['pytest chosen']} s; "
+                  f"{runs['chosen']})")
+            print(f"  cells that differ between the two        {len(runs['differ']):7d} of {runs['cells']}: {runs['differ'][:10]}")
+        if "rerun" in parts:
+            runs = figures["rerun"] = rerun(spec, work)
+            print(f"  a second run, nothing changed            {runs['second run']:7.1f} s  ({runs['records']} records; "
+                  f"results file byte-identical: {runs['byte-identical']}; target < 5 s)")
         if "matrix" in parts:
             results = pathlib.Path(args.results).resolve() if args.results else work / "matrix-results"
             runs = figures["matrix"] = matrix_runs(work, results, args.changed_family, args.tag)

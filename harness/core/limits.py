@@ -23,6 +23,11 @@ def memory_limit(spec: str | None = None) -> str:
     return spec if spec is not None else os.environ.get(MEMORY_LIMIT_ENV, DEFAULT_MEMORY_LIMIT)
 
 
+def machine_memory_gib() -> float:
+    """This machine's memory, in GiB."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
 def memory_limit_bytes(spec: str, workers: int = 1) -> int | None:
     """`N%` of this machine's memory shared by `workers` processes, or a size per process (`8G`,
     `512M`, a number of bytes); None for `0` (no limit). BadInput for anything else."""
@@ -31,8 +36,7 @@ def memory_limit_bytes(spec: str, workers: int = 1) -> int | None:
         return None
     try:
         if text.endswith("%"):
-            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-            return int(total * float(text[:-1]) / 100 / max(workers, 1))
+            return int(machine_memory_gib() * 2**30 * float(text[:-1]) / 100 / max(workers, 1))
         if text[-1] in SIZE_UNITS:
             return int(float(text[:-1]) * SIZE_UNITS[text[-1]])
         return int(text)

@@ -18,6 +18,9 @@ WORKERS_BASIS_ENV = "HARNESS_WORKERS_BASIS"  # why that many: the environment re
 # What one worker of a CUDA session may take of the GPU: its cases' CUDA context (about 0.5 GiB each,
 # one per forked child at a time), their tensors, and what max-autotune's benchmarks allocate.
 GPU_GIB_PER_WORKER = 4
+# What one worker of a CPU session may take of the machine's memory: the warm worker (torch, inductor,
+# Lightning: about 1.5 GiB) and its case's forked process compiling and running.
+CPU_GIB_PER_WORKER = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,17 +31,21 @@ class Workers:
 
 
 def choose_workers(spec: matrix.Session) -> Workers:
-    """$HARNESS_WORKERS where set; else one for a CPU session (its cases' kernels use every core, and
-    timings stay comparable between rows); for a CUDA session, as many as the machine's cores and its
-    GPU's memory both allow (GPU_GIB_PER_WORKER each)."""
+    """$HARNESS_WORKERS where set; else as many as the machine's cores and its memory both allow: for a
+    CPU session CPU_GIB_PER_WORKER of memory each, for a CUDA session GPU_GIB_PER_WORKER of the GPU's.
+    Outcomes do not depend on the count (each case runs in a process of its own with compile caches of
+    its own; benchmarks/speed.py --parts workers compares a row at 1 and at N, cell for cell); the count
+    and its reason are in the environment record, beside which a case's duration is read."""
     chosen = os.environ.get(WORKERS_ENV, "").strip()
     if chosen:
         if not chosen.isdigit() or int(chosen) < 1:
             raise BadInput(f"${WORKERS_ENV} is {chosen!r}: a number of workers, 1 or more")
         return Workers(int(chosen), f"${WORKERS_ENV}={chosen}")
-    if spec.device != "cuda":
-        return Workers(1, "a CPU session: one worker")
     cores = os.cpu_count() or 1
+    if spec.device != "cuda":
+        memory = limits.machine_memory_gib()
+        count = max(1, min(cores, int(memory // CPU_GIB_PER_WORKER)))
+        return Workers(count, f"{cores} cores, {memory:.0f} GiB of memory at {CPU_GIB_PER_WORKER} GiB a worker")
     memory = envcheck.gpu_memory_gib()
     if memory is None:
         return Workers(1, "a CUDA session on a machine whose GPU memory nvidia-smi does not give: one worker")
@@ -175,9 +182,12 @@ def pytest_args(spec: matrix.Session, args=(), workers: Workers | None = None) -
 
 
 def run_env(spec: matrix.Session, venv: os.PathLike, workers: Workers | None = None) -> dict:
-    """Environment variables of the session's pytest run."""
+    """Environment variables of the session's pytest run. Python writes bytecode where a machine told it not
+    to (PYTHONDONTWRITEBYTECODE, empty: unset): else every worker and every tool's process compiles torch's
+    thousands of modules from source again, 10-20 s of CPU each, and nothing they run differs."""
     workers = workers or choose_workers(spec)
-    return {SESSION_ENV: spec.name, WORKERS_BASIS_ENV: workers.basis, **case_cache_env(spec, venv)}
+    return {SESSION_ENV: spec.name, WORKERS_BASIS_ENV: workers.basis, "PYTHONDONTWRITEBYTECODE": "",
+            **case_cache_env(spec, venv)}
 
 
 # Environment that must not leak from a nox session or a surrounding pytest into a tool's runs.
