@@ -38,7 +38,7 @@ import subprocess
 import sys
 
 from harness.core import caseid, limits, matrix, outcomes, paths, records, resultsfile, timings
-from harness.core.sources import family_files, source_digests
+from harness.core.sources import family_files, family_sources, source_digests
 from harness.core.errors import BadInput
 from harness.plugin import junit
 from harness.plugin.environment import git_commit, installed_packages
@@ -139,13 +139,13 @@ def options(spec: matrix.Session) -> dict:
 
 
 def family_keys(spec: matrix.Session, root: pathlib.Path = paths.ROOT, sources: dict | None = None) -> dict[str, str]:
-    """The reuse key of each family, computed in the session's environment (`sources`: source_digests())."""
+    """The reuse key of each family, computed in the session's environment (`sources`: source_digests()):
+    the sources it reaches by imports (harness.core.sources.family_sources), with what every family shares."""
     sources = source_digests(root) if sources is None else sources
-    families = {family: path.relative_to(root).as_posix() for family, path in family_files(root).items()}
     shared = {"distributions": installed_packages(), "python": platform.python_implementation() + " " +
-              platform.python_version(), "machine": machine(spec), "options": options(spec),
-              "sources": {path: digest for path, digest in sources.items() if path not in families.values()}}
-    return {family: _digest({**shared, "family": sources[path]}) for family, path in families.items()}
+              platform.python_version(), "machine": machine(spec), "options": options(spec)}
+    return {family: _digest({**shared, "sources": {path: sources.get(path) for path in reached}})
+            for family, reached in family_sources(root).items()}
 
 
 def source(directory: pathlib.Path, session: str) -> list[dict]:

@@ -4,8 +4,9 @@ complete results file."""
 
 from __future__ import annotations
 
+import functools
 
-from harness.core import caseid
+from harness.core import sources
 from harness.core.outcomes import DECLARED, FAILING, HARD, PASSING
 from harness.report.results import NOT_RUN, SessionResult, opening_line
 
@@ -44,13 +45,18 @@ def machines_differ(old: SessionResult, now: SessionResult) -> dict:
 
 def ran_the_same(old: SessionResult, now: SessionResult, family: str | None) -> bool:
     """Both runs ran the family's cases with the same installs (`packages`) and the same project code:
-    the family's case file and every source its cases share (the harness's session side, cases/conftest.py,
-    cases/programs/), by the digests each run kept (`reuse_sources`). Not the reuse keys: those hold the
-    machine too."""
+    every source the family reaches by imports (harness.core.sources.family_sources, read from the code at
+    hand), by the digests each run kept (`reuse_sources`). Not the reuse keys: those hold the machine too."""
     then, found = old.environment.get("reuse_sources"), now.environment.get("reuse_sources")
     if not then or not found or old.environment.get("packages") != now.environment.get("packages"):
         return False
-    return all(then.get(path) == found.get(path) for path in {*then, *found} if caseid.source_family(path) in (None, family))
+    reach = _reach().get(family)
+    return all(then.get(path) == found.get(path) for path in {*then, *found} if reach is None or path in reach)
+
+
+@functools.lru_cache(maxsize=1)
+def _reach() -> dict[str, frozenset]:
+    return {family: frozenset(reached) for family, reached in sources.family_sources().items()}
 
 
 def _outcome(session: SessionResult, case: str) -> str:

@@ -4,10 +4,10 @@ on the report's page and REPORT.md, after `nox -s tests`, and in the PR check.
 
 Each results file keeps a digest of every source its reuse keys hold (`reuse_sources`,
 harness.core.sources: code only, so a comment or a docstring changes nothing) and the distributions its
-venv held (`packages`). A family is stale when its own case file changed; every family of a row is, when
-a source they share changed (the session-side harness, cases/conftest.py, cases/programs/) or when what
-the row's session installs now (its pins, the `session` extra of pyproject.toml) is not what it was
-measured with.
+venv held (`packages`). A family is stale when a source it reaches by imports changed
+(harness.core.sources.family_sources: its case file, the programs it imports, the session's harness and
+cases/conftest.py, pytest's configuration); every family of a row is, when what the row's session installs
+now (its pins, the `session` extra of pyproject.toml) is not what it was measured with.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from harness.core import caseid, envcheck, matrix, paths, records, sources, venvs
+from harness.core import envcheck, matrix, paths, records, sources, venvs
 
 ALL = "every family"
 
@@ -48,6 +48,7 @@ def stale_rows(table: pathlib.Path | None = None, now: dict | None = None,
     does not say what it was measured with (a narrowed run, results made by hand) is left out."""
     table = paths.results_dir(root) if table is None else table
     now = sources.source_digests(root) if now is None else now
+    reach = {family: set(reached) for family, reached in sources.family_sources(root).items()}
     found = []
     for path in paths.results_files(table):
         environment = records.read(path)[0]
@@ -60,13 +61,14 @@ def stale_rows(table: pathlib.Path | None = None, now: dict | None = None,
         if environment.get("reuse_sources") is None:
             found.append(StaleRow(session, [ALL], ["no reuse_sources: measured before results kept their sources"]))
             continue
-        changes = sources.source_changes(environment["reuse_sources"], now)
+        changed = sources.changed_sources(environment["reuse_sources"], now)
         installs = installs_differ(environment)
-        changed_files = [change.split(" ", 1)[1] for change in changes]
-        families = {caseid.source_family(path) for path in changed_files}
-        stale = [ALL] if installs or None in families else sorted(families)
-        if changes or installs:
-            found.append(StaleRow(session, stale, [*changes, *installs]))
+        # A source removed was reached through a module that changed to stop importing it: that one says so.
+        touching = [c for c in changed if any(c.path in reached for reached in reach.values())]
+        families = sorted({family for family, reached in reach.items() for c in touching if c.path in reached})
+        if installs or families:
+            found.append(StaleRow(session, [ALL] if installs or len(families) == len(reach) else families,
+                                  [*(c.line for c in touching), *installs]))
     return found
 
 
