@@ -26,21 +26,28 @@ class Outcome:
     fails_session: bool  # the session (pytest) exits non-zero when a case has this outcome
     exit_code: int | None  # of a reproduction script that ends this way (None: it cannot print it)
     junit: str  # the testcase's status in results/<session>.xml: passed, skipped, failure or error
+    style: str  # report.html: the CSS of its cells and chips
 
 
 OUTCOMES = {o.name: o for o in (
-    Outcome("pass", 0, "✅", "pass", "passed", "passing", False, 0, "passed"),
-    Outcome("fixed", 1, "🎉", "fixed", "a recorded upstream bug no longer reproduces", "passing", False, 0, "passed"),
-    Outcome("skip", 2, "⏭️", "skip", "did not run here (reason on the cell)", "neutral", False, 125, "skipped"),
+    Outcome("pass", 0, "✅", "pass", "passed", "passing", False, 0, "passed", "background: #a6e3a1;"),
+    Outcome("fixed", 1, "🎉", "fixed", "a recorded upstream bug no longer reproduces", "passing", False, 0, "passed",
+            "background: #7dd3fc;"),
+    Outcome("skip", 2, "⏭️", "skip", "did not run here (reason on the cell)", "neutral", False, 125, "skipped",
+            "background: #e5e7eb;"),
     Outcome("limitation", 3, "🚧", "limit", "raises as a documented limitation of torch.compile", "failing",
-            False, 5, "skipped"),
-    Outcome("known", 4, "🐛", "known", "fails as a recorded upstream bug", "failing", False, 3, "skipped"),
+            False, 5, "skipped", "background: #fef3c7; background-image: repeating-linear-gradient(135deg, "
+            "transparent 0 5px, rgba(180,120,0,.18) 5px 7px);"),
+    Outcome("known", 4, "🐛", "known", "fails as a recorded upstream bug", "failing", False, 3, "skipped",
+            "background: #fde68a;"),
     Outcome("fail", 5, "❌", "FAIL", "failed (not a recorded upstream bug or limitation)", "failing", True, 1,
-            "failure"),
-    Outcome("flaky", 6, "🔀", "flaky", "attempts disagreed", "neutral", False, None, "passed"),
-    Outcome("error", 7, "⚠️", "ERROR", "the harness or environment broke", "failing", True, 4, "error"),
-    Outcome("timeout", 8, "⏱️", "T/O", "ran past its time limit", "failing", True, None, "error"),
-    Outcome("crash", 9, "💥", "CRASH", "its process died, or ran out of memory", "failing", True, None, "error"),
+            "failure", "background: #f87171;"),
+    Outcome("flaky", 6, "🔀", "flaky", "attempts disagreed", "neutral", False, None, "passed", "background: #f9a8d4;"),
+    Outcome("error", 7, "⚠️", "ERROR", "the harness or environment broke", "failing", True, 4, "error",
+            "background: #c084fc;"),
+    Outcome("timeout", 8, "⏱️", "T/O", "ran past its time limit", "failing", True, None, "error", "background: #fb923c;"),
+    Outcome("crash", 9, "💥", "CRASH", "its process died, or ran out of memory", "failing", True, None, "error",
+            "background: #991b1b; color: #fff;"),
 )}
 NAMES = tuple(OUTCOMES)
 PASSING = frozenset(n for n, o in OUTCOMES.items() if o.verdict == "passing")  # pass, fixed

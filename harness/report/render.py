@@ -213,7 +213,8 @@ def _environment(autoescape: bool) -> jinja2.Environment:
                        spans=_spans, names=_names, link=upstream_link, plural=_plural)
     env.globals.update(symbols=SYMBOLS, cell_text=CELL_TEXT, meaning=MEANING, sections=dict(SECTIONS),
                        absent_symbol=ABSENT_SYMBOL, absent_text=ABSENT_TEXT, reused_mark=REUSED_MARK,
-                       outcomes=list(OUTCOMES), not_run=NOT_RUN, md_cards=MD_CARDS)
+                       outcomes=list(OUTCOMES), outcome_styles=list(OUTCOMES.values()), not_run=NOT_RUN,
+                       md_cards=MD_CARDS)
     return env
 
 
