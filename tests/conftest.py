@@ -16,6 +16,9 @@ from harness.core.sessions import COMPILE_CACHES_ENV
 # measure differs but the time.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+# The sessions the suite runs hold a handful of cases each, beside the suite's own workers: one worker each,
+# unless a test says otherwise (a session's own choice is tested in tests/test_run_command.py).
+os.environ.setdefault("HARNESS_WORKERS", "1")
 
 try:
     import torch

@@ -61,7 +61,8 @@ def run_session_command(pytester, path, *args, session=SESSION):
 def session_env(monkeypatch, nested_compile_caches):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("HARNESS_SESSION", SESSION.name)
-    monkeypatch.delenv("HARNESS_WORKERS", raising=False)
+    # One worker: a test's session runs a handful of cases (how many a session chooses: test_run_command).
+    monkeypatch.setenv("HARNESS_WORKERS", "1")
 
 
 def case_records(path) -> list[dict]:
@@ -88,7 +89,7 @@ def every_kind_of_fault(tmp_path_factory):
         text for kind in sorted(FAULTS)
         for text in (ok_case(f"before_{kind}"), fault_case(f"fault_{kind}", kind), ok_case(f"after_{kind}"))))
     command = sessions.pytest_args(SESSION, [str(path), *LIMITS, f"--results-dir={folder / 'results'}"])
-    env = {k: v for k, v in os.environ.items() if k != "HARNESS_WORKERS"}
+    env = {**os.environ, "HARNESS_WORKERS": "1"}
     env.update({"PYTHONPATH": str(ROOT), sessions.SESSION_ENV: SESSION.name,
                 sessions.COMPILE_CACHES_ENV: str(folder / "compile-caches")})
     done = subprocess.run([sys.executable, *command], cwd=folder, env=env, capture_output=True, text=True, timeout=900)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from harness.core import matrix, paths, records, sessions
+from harness.core import limits, matrix, paths, records, sessions
 from tests.conftest import ROOT
 from tests.test_isolation import case_records, run_session_command, session_env  # noqa: F401 (a fixture, used by name)
 
@@ -40,7 +40,7 @@ def fake_gpu_tools(tmp_path):
     return f"{folder}{os.pathsep}{os.environ['PATH']}"
 
 
-def test_a_narrowed_run_here_writes_the_sessions_records_and_junit(tmp_path):
+def test_a_narrowed_run_here_writes_the_sessions_records_and_junit(tmp_path, monkeypatch):
     done = harness_run(MAIN.name, "cases/test_checkpoint.py", "-k", "plain_checkpoint and inductor and fullgraph",
                        results=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -48,7 +48,9 @@ def test_a_narrowed_run_here_writes_the_sessions_records_and_junit(tmp_path):
     back = records.read(paths.results_path(MAIN.name, tmp_path))
     environment, cases, end = back[0], [r for r in back if r["kind"] == "case"], back[-1]
     assert environment["identity"]["session"] == MAIN.name
-    assert environment["workers"] == {"count": 1, "basis": "a CPU session: one worker"}
+    monkeypatch.delenv(sessions.WORKERS_ENV, raising=False)
+    chosen = sessions.choose_workers(MAIN)  # as the machine allows, what the command chose without $HARNESS_WORKERS
+    assert environment["workers"] == {"count": chosen.count, "basis": chosen.basis}
     assert {r["case"]: r["outcome"] for r in cases} == {
         "checkpoint/plain_checkpoint[cpu-inductor-fullgraph]": "pass",
         "checkpoint/plain_checkpoint[cuda-inductor-fullgraph]": "skip"}
@@ -78,7 +80,10 @@ def test_a_cuda_sessions_workers_fit_its_gpu_and_cores(monkeypatch, fake_gpu_too
     chosen = sessions.choose_workers(CUDA)
     assert chosen == sessions.Workers(min(cores, 81559 // 1024 // sessions.GPU_GIB_PER_WORKER),
                                       f"{cores} cores, 80 GiB of GPU memory at 4 GiB a worker")
-    assert sessions.choose_workers(MAIN) == sessions.Workers(1, "a CPU session: one worker")
+    memory = limits.machine_memory_gib()
+    assert sessions.choose_workers(MAIN) == sessions.Workers(  # a CPU session: cores and memory, as a CUDA one
+        max(1, min(cores, int(memory // sessions.CPU_GIB_PER_WORKER))),
+        f"{cores} cores, {memory:.0f} GiB of memory at {sessions.CPU_GIB_PER_WORKER} GiB a worker")
     monkeypatch.setenv(sessions.WORKERS_ENV, "12")
     assert sessions.choose_workers(CUDA) == sessions.Workers(12, "$HARNESS_WORKERS=12")
     command = sessions.pytest_args(CUDA)

@@ -85,3 +85,14 @@ def test_a_row_without_its_sources_is_stale(tmp_path):
     writer.close()
     (row,) = staleness.stale_rows(tmp_path)
     assert row.families == [staleness.ALL] and row.why[0].startswith("no reuse_sources")
+
+
+def test_staleness_follows_imports(tmp_path):
+    """A family's program stales that family alone; what only the driver runs stales nothing."""
+    project = copy_project(tmp_path / "project")
+    table = tmp_path / "table"
+    plant_rows(table, project)
+    edit(project / "harness" / "core" / "runsession.py", "\nimport ", "\nassert True\nimport ")  # nox's steps only
+    assert stale(project, table).startswith("All 2 rows")
+    edit(project / "cases" / "programs" / "recompile.py", "\nimport ", "\nassert True\nimport ")
+    assert "\n  cpu_torch213, cpu_torch214: recompile: changed cases/programs/recompile.py\n" in stale(project, table)
