@@ -115,34 +115,31 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "harness", "stale")
 
 
-@nox.session(venv_backend="none", default=False)
-def report(session: nox.Session) -> None:
-    """Merge results/*.jsonl into REPORT.md, report.html and report.json (args: see python -m harness report -h)."""
-    session.run(sys.executable, "-m", "harness", "report", *session.posargs)
+# Sessions that run a `python -m harness` command with the session's arguments: name -> what it does.
+COMMANDS = {
+    "report": "Merge results/*.jsonl into REPORT.md, report.html and report.json (args: see python -m harness report -h).",
+    "repro": "Write one case as a standalone script, run it in a session's venv, print an issue-ready report (args: "
+             "CASE_ID [--session S] [--out FILE] [--no-run]).",
+    "bisect": "Run one case across the matrix's torch versions (or Lightning releases at one torch) and name where its "
+              "outcome changes (args: CASE_ID [--from 2.1] [--to 2.15] [--no-build] [--along lightning --torch 2.5]).",
+    "sweep": "Run a script in the venv of every torch row in a range (or Lightning release at one torch) and print the "
+             "version table (args: SCRIPT [--from 2.12] [--to 2.15] [--no-build] [--along lightning --torch 2.5]).",
+    "reduce": "Reduce a case's export (or a script) to the smallest plain-torch script that still shows its bug (args: "
+              "CASE_ID --session S [--time-limit 600] | --script SCRIPT --session S).",
+}
 
 
-@nox.session(venv_backend="none", default=False)
-def repro(session: nox.Session) -> None:
-    """Write one case as a standalone script, run it in a session's venv, print an issue-ready report (args: CASE_ID [--session S] [--out FILE] [--no-run])."""
-    session.run(sys.executable, "-m", "harness", "repro", *session.posargs)
+def _command_session(command: str, description: str) -> None:
+    def session_function(session: nox.Session) -> None:
+        session.run(sys.executable, "-m", "harness", command, *session.posargs)
+
+    session_function.__doc__ = description
+    session_function.__name__ = command
+    nox.session(name=command, venv_backend="none", default=False)(session_function)
 
 
-@nox.session(venv_backend="none", default=False)
-def bisect(session: nox.Session) -> None:
-    """Run one case across the matrix's torch versions (or Lightning releases at one torch) and name where its outcome changes (args: CASE_ID [--from 2.1] [--to 2.15] [--no-build] [--along lightning --torch 2.5])."""
-    session.run(sys.executable, "-m", "harness", "bisect", *session.posargs)
-
-
-@nox.session(venv_backend="none", default=False)
-def sweep(session: nox.Session) -> None:
-    """Run a script in the venv of every torch row in a range (or Lightning release at one torch) and print the version table (args: SCRIPT [--from 2.12] [--to 2.15] [--no-build] [--along lightning --torch 2.5])."""
-    session.run(sys.executable, "-m", "harness", "sweep", *session.posargs)
-
-
-@nox.session(venv_backend="none", default=False)
-def reduce(session: nox.Session) -> None:
-    """Reduce a case's export (or a script) to the smallest plain-torch script that still shows its bug (args: CASE_ID --session S [--time-limit 600] | --script SCRIPT --session S)."""
-    session.run(sys.executable, "-m", "harness", "reduce", *session.posargs)
+for _command, _description in COMMANDS.items():
+    _command_session(_command, _description)
 
 
 @nox.session(venv_backend="none", default=False)

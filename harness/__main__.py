@@ -157,6 +157,14 @@ def lightning_newest(args) -> int:
     return lightning_releases.command(args)
 
 
+def add_table(command) -> None:
+    command.add_argument("--results", metavar="DIR", help="the table (default: the results dir)")
+
+
+def add_device(command) -> None:
+    command.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which sessions of each row (default cpu)")
+
+
 def add_envdir(command) -> None:
     command.add_argument("--envdir", metavar="DIR", help="where the session venvs are (default .nox)")
 
@@ -199,7 +207,7 @@ def parser() -> argparse.ArgumentParser:
     run.set_defaults(func=run_session)
     stl = commands.add_parser("stale", help="which rows of the table were measured with other code or installs "
                               "than this checkout's, by family, and the command that measures them again")
-    stl.add_argument("--results", metavar="DIR", help="the table (default: the results dir)")
+    add_table(stl)
     stl.add_argument("--check", action="store_true", help="exit 1 when a row is stale")
     stl.set_defaults(func=stale)
     fnd = commands.add_parser("findings", help="write each finding's issue text (results/reductions/*.md) with its "
@@ -212,7 +220,7 @@ def parser() -> argparse.ArgumentParser:
     reg.add_argument("--python", metavar="PYTHON", help="with one session: an interpreter with the row's torch "
                      "(default: the session's venv under .nox)")
     reg.add_argument("--finding", type=int, action="append", metavar="N", help="only finding N (repeatable)")
-    reg.add_argument("--results", metavar="DIR", help="the table (default: the results dir)")
+    add_table(reg)
     reg.set_defaults(func=regressions)
     rep = commands.add_parser("report", help="merge results files into REPORT.md, report.html, report.json")
     rep.add_argument("dirs", nargs="*", metavar="DIR", help="directories of *.jsonl results (default: results)")
@@ -253,7 +261,7 @@ def parser() -> argparse.ArgumentParser:
                      "sweep classifies it: exit 0 pass, 125 skip, anything else fail)")
     add_script_timeout(bis, when="with --script: ")
     add_axis(bis, "2.1", "2.15")
-    bis.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which sessions of each row (default cpu)")
+    add_device(bis)
     add_no_build(bis)
     bis.add_argument("--all", action="store_true", help="run every version in the range, not a bisection")
     add_envdir(bis)
@@ -263,7 +271,7 @@ def parser() -> argparse.ArgumentParser:
     swp = commands.add_parser("sweep", help="run a script in the environment of every torch row in a range")
     swp.add_argument("script", metavar="SCRIPT")
     add_axis(swp, "2.12", "2.15")
-    swp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which sessions of each row (default cpu)")
+    add_device(swp)
     add_no_build(swp)
     add_envdir(swp)
     add_script_timeout(swp)
