@@ -50,6 +50,17 @@ def copy_project(target: pathlib.Path) -> pathlib.Path:
     return target
 
 
+def project_with_families(target: pathlib.Path, families: dict[str, str]) -> pathlib.Path:
+    """A copy of the project (copy_project) whose case families are `families` (name -> the source of its
+    cases/test_NAME.py) and no other: a full session of it takes seconds."""
+    project = copy_project(target)
+    for path in (project / "cases").glob("test_*.py"):
+        path.unlink()
+    for name, source in families.items():
+        (project / "cases" / f"test_{name}.py").write_text(source)
+    return project
+
+
 def run_nox(project: pathlib.Path, *args, results=None, env=None, timeout=3600):
     """Real nox on `project`'s noxfile, with the checkout's session venvs (.nox)."""
     environ = {**os.environ, **(env or {})}

@@ -12,7 +12,7 @@ import pytest
 from harness.core import matrix, records, resultsfile, sources
 from harness.plugin import environment, reuse
 from harness.report import render
-from tests.conftest import CHECKOUT_VENVS, ROOT, copy_project, run_nox
+from tests.conftest import CHECKOUT_VENVS, ROOT, project_with_families, run_nox
 
 pytestmark = CHECKOUT_VENVS  # runs or builds the checkout's session venvs (tests/conftest.py)
 
@@ -52,12 +52,7 @@ def test_setup_breaks_once(case, flaky_setup):
 
 @pytest.fixture
 def project(tmp_path):
-    project = copy_project(tmp_path / "project")
-    for path in (project / "cases").glob("test_*.py"):
-        path.unlink()
-    (project / "cases" / "test_alpha.py").write_text(ALPHA)
-    (project / "cases" / "test_beta.py").write_text(BETA)
-    return project
+    return project_with_families(tmp_path / "project", {"alpha": ALPHA, "beta": BETA})
 
 
 def session(project, results, *args, env=None, fails=False):

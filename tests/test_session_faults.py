@@ -11,7 +11,7 @@ import pathlib
 import pytest
 
 from harness.core import records
-from tests.conftest import CHECKOUT_VENVS, ROOT, copy_project, run_nox
+from tests.conftest import CHECKOUT_VENVS, ROOT, project_with_families, run_nox
 from tests.test_reuse import ALPHA, SESSION, cases
 
 pytestmark = [CHECKOUT_VENVS, pytest.mark.slow]
@@ -55,11 +55,7 @@ def test_c_interrupts_its_worker(case):
 
 @pytest.fixture
 def project(tmp_path):
-    project = copy_project(tmp_path / "project")
-    for path in (project / "cases").glob("test_*.py"):
-        path.unlink()
-    (project / "cases" / "test_alpha.py").write_text(ALPHA)
-    return project
+    return project_with_families(tmp_path / "project", {"alpha": ALPHA})
 
 
 def session(project, results, *args, env=None):
