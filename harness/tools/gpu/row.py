@@ -66,16 +66,17 @@ class Run:
         with open(log, "wb") as out:
             self.process = subprocess.Popen([sys.executable, "-m", "harness", "run", spec.name, *args], cwd=paths.ROOT,
                                             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        self.stopped = False
+        self.stopped = ""  # why it was stopped before its end, once it was
 
-    def stop(self) -> None:
+    def stop(self, why: str) -> None:
         """SIGINT to pytest's own process (xdist's controller): it stops handing out cases, lets each worker
         end the case it runs, and writes its end record. Not to the whole group: a case's process that
         got it would record the interrupt as the case's failure."""
         if self.stopped or self.process.poll() is not None:
             return
-        self.stopped = True
-        for pid in _children(self.process.pid):
+        self.stopped = why
+        # before pytest has started, the command itself takes the SIGINT (it ignores one only while pytest runs)
+        for pid in _children(self.process.pid) or [self.process.pid]:
             try:
                 os.kill(pid, signal.SIGINT)
             except ProcessLookupError:
@@ -94,7 +95,7 @@ class Run:
         stopping = None
         while self.process.poll() is None or (self.stopped and self._group_alive()):
             if deadline is not None and time.monotonic() >= deadline and stopping is None:
-                self.stop()
+                self.stop("cut off at the budget")
             if self.stopped and stopping is None:
                 stopping = time.monotonic()
             if stopping is not None and time.monotonic() - stopping > STOP_GRACE:
@@ -118,7 +119,7 @@ class RowState:
     recorded: int
     expected: int | None
     seconds: float
-    stopped: bool  # cut off at the budget
+    stopped: str  # why it was stopped before its end ("" when it was not)
     ended: bool  # its end record was written
     environment: dict
     end: dict | None
@@ -132,7 +133,7 @@ class RowState:
 
     def text(self) -> str:
         env = self.environment
-        state = "complete" if self.complete else "NOT COMPLETE" + ("; cut off at the budget" if self.stopped else "")
+        state = "complete" if self.complete else "NOT COMPLETE" + (f"; {self.stopped}" if self.stopped else "")
         return "\n".join([
             f"{self.session}: {self.recorded} of {self.expected if self.expected is not None else '?'} cases recorded "
             f"in {self.seconds:.0f} s{'' if self.ended else ', no end record'}; {state}",
@@ -145,7 +146,7 @@ class RowState:
         ])
 
 
-def row_state(spec: matrix.Session, results: pathlib.Path, expected: int | None, seconds: float, stopped: bool) -> RowState:
+def row_state(spec: matrix.Session, results: pathlib.Path, expected: int | None, seconds: float, stopped: str) -> RowState:
     path = paths.results_path(spec.name, results)
     back = records.read(path, passed_over=lambda text: None) if path.is_file() else []
     environment = back[0] if back and back[0].get("kind") == "environment" else {}
@@ -178,7 +179,7 @@ def row(session: str, out: pathlib.Path, budget: float | None, case_timeout: int
             say("progress: " + progress().text().splitlines()[0])
 
     def interrupted(signum, frame):  # stopped from outside (a loan's limit): the run first, then the summary
-        run.stop()
+        run.stop(f"stopped from outside ({signal.Signals(signum).name})")
 
     previous = [signal.signal(s, interrupted) for s in (signal.SIGTERM, signal.SIGINT)] \
         if threading.current_thread() is threading.main_thread() else []
