@@ -16,9 +16,10 @@ import pathlib
 import subprocess
 import textwrap
 
-from harness.core import outcomes, paths, sessions
+from harness.core import paths, sessions
 from harness.tools.repro.errors import ReproError
 from harness.tools.repro.property_example import example_expression
+from harness.tools.repro.verdict import Verdict
 
 CHECK = "check_op_program"  # what an op property's explore(...) check calls
 MARK = "HARNESS-OP-SCRIPTS "
@@ -84,32 +85,19 @@ def add_scripts(python, infos: dict, timeout: float = 900) -> None:
 def build_op_script(info: dict) -> str:
     """The example's script run at module level inside the matrix's classification: it prints
     `OUTCOME: ...` and exits with that outcome's code (a declared bug that no longer fails: fixed)."""
-    expected = [(e["kind"], e["ref"], tuple(e["raises"]), e["match"]) for e in info["expected"]]
-    passed = "fixed" if any(e["kind"] == "known" for e in info["expected"]) else "pass"
-    reachable = {passed, "fail"} | {e[0] for e in expected}
-    exit_codes = {name: o.exit_code for name, o in outcomes.OUTCOMES.items() if name in reachable}
+    verdict = Verdict.of(info)
+    exit_codes = verdict.exit_codes(can_skip=False)
     example = info.get("property_example") or {}
     header = (f'"""`{info["case"]}` (torch-compile-matrix, torch {info["torch"]}): one example of the property, as\n'
               "it ran in the matrix: the op's sample as literal tensors, the feature around the op, torch.compile\n"
               "with the case's backend, and the checks (compiled against eager, or, for a random op, against\n"
               "its own draws)." + (f"\nIts failure in the matrix: {example['error'][:200]}" if example.get("error") else "")
               + '\n"""')
-    declared = [
-        f"EXPECTED = {expected!r}  # (outcome, reference, exception names, message pattern)",
-        "",
-        "def declared(error):",
-        '    """The outcome EXPECTED gives `error` or an error it was raised from, else None."""',
-        "    while error is not None:",
-        "        names = {n for c in type(error).__mro__ for n in (c.__name__, f'{c.__module__}.{c.__qualname__}')}",
-        "        for outcome, _, raises, pattern in EXPECTED:",
-        "            if names & set(raises) and re.search(pattern or '', str(error)):",
-        "                return outcome",
-        "        error = error.__cause__ or error.__context__",
-    ] if expected else []
     body = textwrap.indent(info["op_script"].strip("\n"), "    ")
-    lines = [header, "import re, sys, traceback", "", *declared, "", f"outcome = {passed!r}", "try:", body,
+    declared = [verdict.declarations(), ""] if verdict.expected else []
+    lines = [header, "import re, sys, traceback", "", *declared, f"outcome = {verdict.clean!r}", "try:", body,
              "except Exception as error:", "    traceback.print_exc(file=sys.stdout)",
-             f"    outcome = {'declared(error) or ' if expected else ''}'fail'",
+             f"    outcome = {verdict.on_error()}",
              "print(f'OUTCOME: {outcome} (torch {torch.__version__})')", f"sys.exit({exit_codes!r}[outcome])"]
     text = "\n".join(lines) + "\n"
     compile(text, info["case"], "exec")  # a SyntaxError here is a harness bug

@@ -13,10 +13,11 @@ import pathlib
 import re
 import sys
 
-from harness.core import outcomes, paths
+from harness.core import paths
 from harness.tools.repro.errors import ReproError
 from harness.tools.repro.op_example import build_op_script
 from harness.tools.repro.property_example import explore_call, header as property_header, with_example
+from harness.tools.repro.verdict import Verdict
 
 MAX_LINES = 120
 MAX_LINES_PROPERTY = 180  # a property case carries its program's generator and check; `reduce` shortens it
@@ -154,18 +155,6 @@ def need(dotted):
         raise Skip(f"missing: {dotted}") from None
 '''
 
-DECLARED = '''
-def declared(error):
-    """The outcome EXPECTED gives `error` or an error it was raised from, else None."""
-    while error is not None:
-        names = {n for c in type(error).__mro__ for n in (c.__name__, f"{c.__module__}.{c.__qualname__}")}
-        for outcome, _, raises, pattern in EXPECTED:
-            if names & set(raises) and re.search(pattern or "", str(error)):
-                return outcome
-        error = error.__cause__ or error.__context__
-'''
-
-
 def _attributes(nodes) -> set:
     return {n.attr for node in nodes for n in ast.walk(node) if isinstance(n, ast.Attribute)}
 
@@ -263,15 +252,13 @@ def build_script(info: dict) -> str:
                                             {"Case"} | (uses & {"OpLog", "TOLERANCES", "GraphRecorder"}))]
     case_code = [s if getattr(s.node, "name", None) == function else as_block(s) for s in case_code]
     names = {name for s in case_code + kit_code for name in s.uses}
-    expected = [(e["kind"], e["ref"], tuple(e["raises"]), e["match"]) for e in info["expected"]]
-    # `fixed` when a declared upstream bug of this torch no longer reproduces (harness.core.outcomes)
-    passed = "fixed" if any(e["kind"] == "known" for e in info["expected"]) else "pass"
+    verdict = Verdict.of(info)
     params = info["params"]
     guards = [f"if {s['condition']}:\n            raise Skip({s['reason']!r})" for s in info["skips"]]
     if "'cuda'" in params.values():
         guards.append("if not torch.cuda.is_available():\n            raise Skip('no CUDA device')")
     skips = bool(guards) or bool(uses & {"need", "assume"})
-    stdlib = {"sys", "traceback"} | ({"re"} if expected else set()) | ({"importlib"} if "need" in uses else set()) \
+    stdlib = {"sys", "traceback"} | ({"re"} if verdict.expected else set()) | ({"importlib"} if "need" in uses else set()) \
         | ({"pathlib", "tempfile"} if "tmp_path" in info["argnames"] else set())
     imports = []
     for s in [s for s in found + kit if s.is_import]:
@@ -289,31 +276,27 @@ def build_script(info: dict) -> str:
               + property_header(info.get("property_example")))
     parts = [header + '"""', f"import {', '.join(sorted(stdlib))}\n" +
              "\n".join(sorted(imports, key=lambda i: (i.startswith("from "), i)))]
-    if expected:  # the failures the matrix declares for this case
-        listed = "".join(f"\n    {e!r}," for e in expected) + "\n" if len(expected) > 1 else repr(expected[0])
-        parts.append(f"EXPECTED = [{listed}]  # (outcome, reference, exception names, message pattern)")
+    if verdict.expected:  # the failures the matrix declares for this case, and their matcher
+        parts.append(verdict.declarations())
     if skips:
         parts.append(SKIP.strip() + ("\n" + NEED.strip() if "need" in uses else "")
                      + ("\n" + ASSUME.strip() if "assume" in uses else ""))
     parts.append("\n".join(s.text for s in kit_code))  # the comparison, carried as one block
     helpers = [s.text for s in case_code if not s.is_import and getattr(s.node, "name", None) != function]
     parts += ["\n".join(helpers)] + [s.text for s in case_code if getattr(s.node, "name", None) == function]
-    if expected:
-        parts.append(DECLARED.strip())
     call = f"{function}({', '.join(_arguments(info, fixtures))})"
-    reachable = {passed, "fail"} | ({"skip"} if skips else set()) | {e[0] for e in expected}
-    exit_codes = {name: o.exit_code for name, o in outcomes.OUTCOMES.items() if name in reachable}
+    exit_codes = verdict.exit_codes(can_skip=skips)
     main = [
         'if __name__ == "__main__":',
         "    torch.manual_seed(0)  # as the matrix starts every case",
-        f"    case, outcome = Case({backend!r}, fullgraph={fullgraph!r}), {passed!r}",
+        f"    case, outcome = Case({backend!r}, fullgraph={fullgraph!r}), {verdict.clean!r}",
         "    try:",
         *[f"        {g}" for g in guards],
         f"        {call}",
         *(["    except Skip as reason:", "        outcome = f'skip: {reason}'"] if skips else []),
         "    except Exception as error:",
         "        traceback.print_exc(file=sys.stdout)",
-        f"        outcome = {'declared(error) or ' if expected else ''}'fail'",
+        f"        outcome = {verdict.on_error()}",
         "    print('figures:', case.metrics, f'\\nOUTCOME: {outcome} (torch {torch.__version__})')",
         f"    sys.exit({exit_codes!r}[outcome.split(':')[0]])",
     ]
