@@ -110,7 +110,9 @@ def tests(session: nox.Session) -> None:
         session.install(*step)
     spread = [] if any(a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist" for a in args) \
         else ["-n", str(suite_workers()), "--dist", "loadgroup"]
-    session.run("python", "-m", "pytest", *([] if sessions.targets_in(args) else ["tests/"]), *spread, *args)
+    # The slowest tests, named in every run's output (CI's too): where the suite's time goes, to keep it in bounds.
+    durations = [] if any(a.startswith("--durations") for a in args) else ["--durations=25"]
+    session.run("python", "-m", "pytest", *([] if sessions.targets_in(args) else ["tests/"]), *spread, *durations, *args)
     # What a fresh clone's `nox` would measure again: reported here, never a failure of the suite.
     session.run("python", "-m", "harness", "stale")
 
