@@ -1,6 +1,7 @@
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -19,6 +20,10 @@ sys.dont_write_bytecode = False
 # The sessions the suite runs hold a handful of cases each, beside the suite's own workers: one worker each,
 # unless a test says otherwise (a session's own choice is tested in tests/test_run_command.py).
 os.environ.setdefault("HARNESS_WORKERS", "1")
+# Tests stop the runs they start with SIGINT, as a user's Ctrl-C would. A suite started as a shell's
+# background job (`bash .ci/run &`) has SIGINT ignored, which every process it starts would inherit.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 try:
     import torch

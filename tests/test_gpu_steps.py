@@ -105,11 +105,17 @@ def test_bad_input_is_one_line_and_touches_nothing(tmp_path, args, says):
     assert list(tmp_path.iterdir()) == []
 
 
+def _as_a_background_job():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a shell's `cmd &` does without job control
+
+
 def gpu_row(out, *args):
-    """`python -m harness gpu row` started in the background (the caller stops or waits for it)."""
+    """`python -m harness gpu row` started as a script's background job would be, SIGINT ignored (the
+    caller stops or waits for it): the step's own runs must still stop at SIGINT."""
     environ = {k: v for k, v in os.environ.items() if k not in (sessions.SESSION_ENV, sessions.WORKERS_ENV)}
     return subprocess.Popen([sys.executable, "-m", "harness", "gpu", "row", MAIN.name, "--out", str(out), *map(str, args)],
-                            cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_as_a_background_job)
 
 
 def test_a_row_cut_off_at_its_budget_says_so_and_leaves_no_process(tmp_path):

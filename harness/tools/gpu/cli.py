@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import signal
 
 from harness.tools.gpu import preflight, row, wheels
 
@@ -70,6 +71,11 @@ def parser(base=argparse.ArgumentParser) -> argparse.ArgumentParser:
 def main(args) -> int:
     from harness.core import matrix
 
+    # The steps stop their runs with SIGINT, as Ctrl-C would. A shell starts a background job (`cmd &`
+    # in a script) with SIGINT ignored, and every run would inherit that and could not be stopped: the
+    # runs get the default again (a Python handler is reset at exec, an ignored signal is not).
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     spec = matrix.find(args.session)
     if args.step == "wheels":
         found = wheels.download(spec, args.python, args.dest)
