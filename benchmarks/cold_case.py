@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import pathlib
 import statistics
 import subprocess
@@ -127,7 +128,7 @@ def main() -> None:
         workers = sessions.Workers(1, "benchmarks/cold_case.py: one worker, so that cases do not share the CPU")
         env = {**sessions.clean_env(), **sessions.run_env(spec, scratch / "venv-caches", workers),
                sessions.COMPILE_CACHES_ENV: str(scratch / "compile-caches"), "COLD_CASE_PROBE_OUT": str(out)}
-        env["PYTHONPATH"] += ":" + str(scratch)
+        env["PYTHONPATH"] += os.pathsep + str(scratch)  # where the probe plugin is
         command = [str(python), *sessions.pytest_args(spec, [*[c["nodeid"] for c in cases], "-p", "cold_case_probe",
                                                              f"--results-dir={scratch / 'results'}",
                                                              "--session-name=cold-case", "-q"], workers)]

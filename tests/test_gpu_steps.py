@@ -22,12 +22,19 @@ MAIN = matrix.main_session()  # what this venv holds
 CUDA = next(s for s in matrix.load() if s.device == "cuda" and s.torch == MAIN.torch)
 
 
-def gpu_command(*args, env=None, timeout=900):
+GPU = [sys.executable, "-m", "harness", "gpu"]
+
+
+def step_environment(env=None) -> dict:
+    """This one, less what the suite's session sets (a step chooses its runs' workers), then `env`."""
     environ = {k: v for k, v in os.environ.items() if k not in (sessions.SESSION_ENV, sessions.WORKERS_ENV)}
-    environ.update(env or {})
+    return {**environ, **(env or {})}
+
+
+def gpu_command(*args, env=None, timeout=900):
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "harness", "gpu", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, env=environ, timeout=timeout)
+    done = subprocess.run([*GPU, *map(str, args)], cwd=ROOT, capture_output=True, text=True,
+                          env=step_environment(env), timeout=timeout)
     return done, time.monotonic() - started
 
 
@@ -112,9 +119,8 @@ def _as_a_background_job():
 def gpu_row(out, *args):
     """`python -m harness gpu row` started as a script's background job would be, SIGINT ignored (the
     caller stops or waits for it): the step's own runs must still stop at SIGINT."""
-    environ = {k: v for k, v in os.environ.items() if k not in (sessions.SESSION_ENV, sessions.WORKERS_ENV)}
-    return subprocess.Popen([sys.executable, "-m", "harness", "gpu", "row", MAIN.name, "--out", str(out), *map(str, args)],
-                            cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    return subprocess.Popen([*GPU, "row", MAIN.name, "--out", str(out), *map(str, args)], cwd=ROOT,
+                            env=step_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=_as_a_background_job)
 
 
