@@ -12,6 +12,7 @@ import datetime
 from harness.core import caseid, records
 from harness.core.outcomes import DECLARED, FAILING, HARD, OUTCOMES, PASSING, REFERENCED, upstream_link
 from harness.report.comparisons import cpu_twins, row_cpu_session
+from harness.report.flips import Learned
 from harness.report.results import NOT_RUN, SessionResult, opening_line
 
 BACKENDS = ("eager", "aot_eager", "inductor")
@@ -81,8 +82,9 @@ def known_groups(sessions: list[SessionResult], case_ids: list[str]) -> list[dic
 
 def step_kind(old: str, new: str, flips: bool) -> str:
     """What a change of outcome between neighbouring versions is. `flips`: the outcome comes back
-    at the next step, or a side is flaky (its attempts disagreed): no version range to bisect, so
-    kept apart from regressions and fixes. A regression: passing, a known bug or a documented
+    at the next step, a side is flaky (its attempts disagreed), or a side's cell is known to flip
+    (harness.report.flips: learned from the table's history): no version range to bisect, so kept
+    apart from regressions and fixes. A regression: passing, a known bug or a documented
     limitation before, failing (fail, error, crash, timeout) after, or passing before and a known
     bug after. A fix: failing before (a declared failure included), passing after."""
     if flips or "flaky" in (old, new):
@@ -94,9 +96,11 @@ def step_kind(old: str, new: str, flips: bool) -> str:
     return "other"
 
 
-def transitions(sessions: list[SessionResult], case_ids: list[str]) -> list[dict]:
+def transitions(sessions: list[SessionResult], case_ids: list[str], learned: Learned | None = None) -> list[dict]:
     """Every step between adjacent torch versions of a line, newest first, with the cases whose
-    outcome changed, by `step_kind`: `regressions`, `fixes`, `flips` and `other`."""
+    outcome changed, by `step_kind`: `regressions`, `fixes`, `flips` and `other`. `learned`: the
+    cells known to flip, from the table's history."""
+    learned = learned or Learned({})
     steps = []
     for line, members in version_lines(sessions).items():
         by_step: dict[tuple, dict] = {}
@@ -109,13 +113,15 @@ def transitions(sessions: list[SessionResult], case_ids: list[str]) -> list[dict
                 # A -> B -> A over three neighbouring versions: both steps flip
                 flips = (index + 2 < len(outcomes) and outcomes[index + 2] == outcomes[index]) or (
                     index > 0 and outcomes[index - 1] == outcomes[index + 1])
+                known = learned.of(before.name, case) or learned.of(after.name, case)
                 step = by_step.setdefault((before.name, after.name), {
                     "line": line, "from_session": before.name, "from_torch": before.torch, "to_session": after.name,
                     "to_torch": after.torch, "version": after.version, "regressions": [], "fixes": [], "flips": [],
                     "other": []})
-                step[step_kind(old["outcome"], new["outcome"], flips)].append({
+                step[step_kind(old["outcome"], new["outcome"], flips or known is not None)].append({
                     "case": case, "from": old["outcome"], "to": new["outcome"],
-                    "message": opening_line(new.get("message") or old.get("message"))})
+                    "message": opening_line(new.get("message") or old.get("message")),
+                    "flip": known.text() if known else None})
         steps += by_step.values()
     order = list(version_lines(sessions))
     steps.sort(key=lambda s: s.pop("version"), reverse=True)  # newest step first, then by line

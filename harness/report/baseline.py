@@ -8,9 +8,10 @@ import functools
 
 from harness.core import sources
 from harness.core.outcomes import DECLARED, FAILING, HARD, PASSING
+from harness.report.flips import Learned
 from harness.report.results import NOT_RUN, SessionResult, opening_line
 
-COMPARISONS = ("regressed", "newly failing", "fixed", "new", "removed", "still failing", "flaky", "by machine")
+COMPARISONS = ("regressed", "newly failing", "fixed", "new", "removed", "still failing", "flaky", "flips", "by machine")
 COMPARISON_MEANING = {
     "regressed": "passed, or failed only as declared (a known bug, a limitation), in the baseline; fails otherwise now",
     "newly failing": "skipped or flaky in the baseline, fails now",
@@ -19,9 +20,13 @@ COMPARISON_MEANING = {
     "removed": "in the baseline, not now (the session finished without it)",
     "still failing": "failed then, fails now in another way",
     "flaky": "its attempts disagree now",
+    "flips": "changed, and the cell is known to flip (with the same case code and installs, its outcome has come back "
+             "before, in the table's history), or was flaky in the baseline: not counted as a regression or a fix",
     "by machine": "otherwise than in the baseline, which ran the same case code with the same installs on another "
                   "machine: a difference of the machines, not counted as a regression",
 }
+# What a cell known to flip is not: a change of either way (harness.report.flips).
+CHANGES = ("regressed", "newly failing", "fixed", "still failing")
 # What tells one machine from another in an environment record: a cell may differ by any of them (inductor's
 # C++ kernels are built by the machine's compiler for its CPU's vector instructions).
 MACHINE_KEYS = ("cpu", "os", "gpu", "gpu_driver")
@@ -74,6 +79,8 @@ def status(session: SessionResult, case: str, then: str, now: str) -> str | None
         return "new"
     if now == "flaky":
         return "flaky"
+    if then == "flaky" and now != then:
+        return "flips"  # its attempts disagreed then: whichever way it settled now
     if then in PASSING and now in FAILING or then in DECLARED and now in HARD:
         return "regressed"  # a known bug's cell that now fails some other way is no longer that bug
     if then not in PASSING and then not in FAILING and now in FAILING:
@@ -85,13 +92,15 @@ def status(session: SessionResult, case: str, then: str, now: str) -> str | None
     return None
 
 
-def compare(current: list[SessionResult], baseline: list[SessionResult]) -> dict:
+def compare(current: list[SessionResult], baseline: list[SessionResult], learned: Learned | None = None) -> dict:
     """Each case of each session present now, against the same session in the baseline. A record
     that skipped for an absent device counts as not run, and so does a family the session did not
     run at all (a run narrowed to some families says nothing of the others). A session whose torch
     build differs from its baseline's is not compared case by case: like with like only. On another
     machine, a cell whose case code and installs are the baseline's and whose outcome differs is `by
-    machine`: the machines differ, not torch or the project (ran_the_same)."""
+    machine`: the machines differ, not torch or the project (ran_the_same). A cell known to flip
+    (`learned`: harness.report.flips) that changed is `flips`, never a regression or a fix."""
+    learned = learned or Learned({})
     base = {s.name: s for s in baseline}
     rows, builds_differ, machines = [], [], []
     for session in current:
@@ -111,6 +120,8 @@ def compare(current: list[SessionResult], baseline: list[SessionResult]) -> dict
             if (found and found not in ("new", "removed", "flaky") and differ
                     and ran_the_same(old, session, record.get("family") or old.cases.get(case, {}).get("family"))):
                 found = "by machine"
+            elif found in CHANGES and learned.of(session.name, case) is not None:
+                found = "flips"
             if found:
                 rows.append({"session": session.name, "case": case, "status": found, "baseline": then, "now": now,
                              "message": opening_line(record.get("message")), "location": record.get("location")})

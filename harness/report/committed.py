@@ -32,14 +32,14 @@ class CommittedTable:
         return {"commit": self.commit, "date": self.date, "subject": self.subject, "label": self.label()}
 
 
-def _git(cwd: pathlib.Path, *args: str) -> str:
+def git_output(cwd: pathlib.Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
 
 
-def _listed(cwd: pathlib.Path, commit: str, where: str) -> dict[str, str]:
+def listed_results(cwd: pathlib.Path, commit: str, where: str) -> dict[str, str]:
     """name -> blob of the results files directly in `where` at `commit`."""
     found = {}
-    for line in _git(cwd, "ls-tree", commit, "--", f"{where}/").splitlines():
+    for line in git_output(cwd, "ls-tree", commit, "--", f"{where}/").splitlines():
         meta, _, path = line.partition("\t")
         name = pathlib.PurePosixPath(path).name
         if meta.split()[1] == "blob" and name.endswith(paths.RESULTS_SUFFIX):
@@ -52,15 +52,15 @@ def last_committed(directory: pathlib.Path, into: pathlib.Path) -> CommittedTabl
     (not a git checkout, never committed, git missing), one line."""
     directory = pathlib.Path(directory).resolve()
     try:
-        top = pathlib.Path(_git(directory, "rev-parse", "--show-toplevel").strip())
+        top = pathlib.Path(git_output(directory, "rev-parse", "--show-toplevel").strip())
         where = directory.relative_to(top).as_posix()
         files = sorted(paths.results_files(directory))
-        hashed = _git(directory, "hash-object", "--", *map(str, files)).split() if files else []
+        hashed = git_output(directory, "hash-object", "--", *map(str, files)).split() if files else []
         now = {path.name: blob for path, blob in zip(files, hashed)}
-        log = _git(top, "log", f"-n{COMMITS_LOOKED_AT}", "--format=%H%x09%cI%x09%s", "--", f"{where}/").splitlines()
+        log = git_output(top, "log", f"-n{COMMITS_LOOKED_AT}", "--format=%H%x09%cI%x09%s", "--", f"{where}/").splitlines()
         found, then = None, None
         for entry in log:
-            listed = _listed(top, entry.split("\t", 1)[0], where)
+            listed = listed_results(top, entry.split("\t", 1)[0], where)
             if found is None and listed and listed != now:
                 found, then = entry, listed
             elif found is not None and listed == then:

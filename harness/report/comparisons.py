@@ -8,6 +8,7 @@ import json
 
 from harness.core import versions
 from harness.core.outcomes import PASSING
+from harness.report.flips import Learned
 from harness.report.results import SessionResult, bug_signature, opening_line
 
 
@@ -31,17 +32,21 @@ def other_environments(sessions: list[SessionResult], case_ids: list[str]) -> li
     return found
 
 
-def lightning_differences(sessions: list[SessionResult], case_ids: list[str]) -> list[dict]:
+def lightning_differences(sessions: list[SessionResult], case_ids: list[str], learned: Learned | None = None) -> list[dict]:
     """Per torch row with a Lightning-axis session: the cases whose outcome differs between the row's
     era Lightning and the newest Lightning that supports its torch, grouped by bug (the signature of
-    the side that does not pass), largest group first, each with the bisection along Lightning."""
+    the side that does not pass), largest group first, each with the bisection along Lightning. A cell
+    known to flip on either side (`learned`, harness.report.flips) is no difference of Lightning: it is
+    listed apart (`flips`), with no bisection."""
+    learned = learned or Learned({})
     by_name = {s.name: s for s in sessions}
     found = []
     for newest in (s for s in sessions if s.lightning_of):
         era = by_name.get(newest.lightning_of)
         entry = {"session": newest.name, "era_session": newest.lightning_of, "torch": newest.torch,
                  "lightning": newest.environment.get("lightning"), "era_missing": era is None,
-                 "era_lightning": era.environment.get("lightning") if era else None, "compared": 0, "groups": []}
+                 "era_lightning": era.environment.get("lightning") if era else None, "compared": 0, "groups": [],
+                 "flips": []}
         groups: dict[str, dict] = {}
         for case in case_ids if era is not None else ():
             if case not in newest.cases or case not in era.cases or newest.absent(case) or era.absent(case):
@@ -51,6 +56,11 @@ def lightning_differences(sessions: list[SessionResult], case_ids: list[str]) ->
             if old["outcome"] == new["outcome"]:
                 continue
             telling = old if new["outcome"] in PASSING else new  # the side that does not pass names the bug
+            known = learned.of(newest.name, case) or learned.of(era.name, case)
+            if known is not None:
+                entry["flips"].append({"case": case, "era_outcome": old["outcome"], "outcome": new["outcome"],
+                                       "flip": known.text()})
+                continue
             signature = bug_signature(telling)
             group = groups.setdefault(signature, {"signature": signature, "cases": [],
                                                   "bisect": f"nox -s bisect -- '{case}' --along lightning "

@@ -20,7 +20,7 @@ import jinja2
 
 from harness.core import paths, records, versions
 from harness.core.outcomes import OUTCOMES, upstream_link
-from harness.report import analysis, baseline as against, cards, comparisons, findings, page, results, staleness
+from harness.report import analysis, baseline as against, cards, comparisons, findings, flips, page, results, staleness
 from harness.report.results import NOT_RUN
 
 TEMPLATES = pathlib.Path(__file__).with_name("templates")
@@ -53,6 +53,7 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
     earlier = results.load_dirs(baseline_dirs) if baseline_dirs else None
     night_before = results.load_dirs(previous_dirs) if previous_dirs else None
     case_ids, rows = analysis.grid(sessions)
+    learned = flips.learn_all(directories, sessions)  # the cells known to flip, from the table's history in git
     data = {
         "schema": records.SCHEMA_VERSION,
         "sessions": [analysis.session_row(s, case_ids, {row["case"]: row["params"].get("device") for row in rows})
@@ -64,13 +65,14 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
         "failing": cards.failing_cards(sessions, case_ids),
         "measurement": analysis.measurement_span(sessions),
         "known": analysis.known_groups(sessions, case_ids),
-        "transitions": analysis.transitions(sessions, case_ids),
-        "lightning": comparisons.lightning_differences(sessions, case_ids),
+        "transitions": analysis.transitions(sessions, case_ids, learned),
+        "flips": learned.as_dict(),
+        "lightning": comparisons.lightning_differences(sessions, case_ids, learned),
         "cuda_against_cpu": comparisons.cuda_against_cpu(sessions),
         "nightly_torch": comparisons.nightly_against_release(sessions, earlier),
         "other_environments": comparisons.other_environments(sessions, case_ids),
-        "baseline": against.compare(sessions, earlier) if earlier is not None else None,
-        "previous": against.compare(sessions, night_before) if night_before is not None else None,
+        "baseline": against.compare(sessions, earlier, learned) if earlier is not None else None,
+        "previous": against.compare(sessions, night_before, learned) if night_before is not None else None,
         "previous_unavailable": previous_unavailable,
         "previous_source": previous_source if isinstance(previous_source, (str, type(None))) else previous_source.as_dict(),
         # what the comparison is named by, once for every rendering

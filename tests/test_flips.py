@@ -1,0 +1,90 @@
+"""A flip is learned from the table's own history in git (harness.report.flips), never from one run,
+and kept apart from regressions and fixes everywhere the report compares cells: between versions,
+since the table was last committed, and between Lightning releases."""
+
+import json
+import subprocess
+
+from harness.core import sources
+from harness.report import flips
+from tests.test_committed_table import git
+from tests.test_report import CK, NEST, OLD, TE, run_cli, write_session
+
+CODE = {path: "digest-1" for path in {p for reached in sources.family_sources().values() for p in reached}}
+
+
+def measure(table, number, cpu24, cpu25, packages24=("torch==2.4.1",)):
+    """One measurement of the two rows, as a run writes it: its start, installs and sources."""
+    started = f"2026-11-{10 + number}T03:00:00+00:00"
+    write_session(table, "cpu_torch24", "2.4.1", cpu24, started=started, packages=list(packages24), reuse_sources=CODE)
+    write_session(table, "cpu_torch25", "2.5.1", cpu25, started=started, packages=["torch==2.5.1"], reuse_sources=CODE)
+
+
+def commit(repo, message):
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+
+
+def test_changes_and_came_back():
+    assert flips.changes(["pass", "fail", "fail", "pass"]) == ["pass", "fail", "pass"]
+    assert flips.came_back(["pass", "fail", "pass"]) and flips.came_back(["fail", "flaky"])
+    assert not flips.came_back(["pass", "pass", "fail", "fail"])  # changed once, for good: a change
+    assert not flips.came_back([])
+
+
+def test_a_planted_flip_and_a_true_regression_are_told_apart(tmp_path):
+    repo = tmp_path / "repo"
+    table = repo / "results"
+    git(tmp_path, "init", "-q", str(repo))
+    # CK on 2.5 flips: pass, fail, pass with nothing changed; OLD on 2.4 regresses with a pin change;
+    # TE on 2.5 changes once with nothing changed (a change, not a flip); NEST regresses from 2.4 to 2.5.
+    for number, ck in enumerate(["pass", "fail", "pass"]):
+        measure(table, number, {CK: "pass", OLD: "pass", TE: "pass", NEST: "pass"},
+                {CK: ck, OLD: "fail", TE: "pass", NEST: "fail"})
+        commit(repo, f"measurement {number}")
+    measure(table, 5, {CK: "pass", OLD: "fail", TE: "pass", NEST: "pass"},
+            {CK: "fail", OLD: "fail", TE: "fail", NEST: "fail"}, packages24=("torch==2.4.1", "sympy==1.14"))
+    done = run_cli(table, "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+
+    learned = {(c["session"], c["case"]): c for c in data["flips"]["cells"]}
+    assert set(learned) == {("cpu_torch25", CK)}
+    assert learned["cpu_torch25", CK]["outcomes"] == ["pass", "fail", "pass", "fail"]
+    assert data["flips"]["measurements"] == 8 and data["flips"]["unavailable"] is None
+
+    since = {(r["session"], r["case"]): r["status"] for r in data["previous"]["rows"] if r["status"] != "still failing"}
+    assert since == {("cpu_torch25", CK): "flips", ("cpu_torch24", OLD): "regressed", ("cpu_torch25", TE): "regressed"}
+    assert data["previous"]["counts"]["regressed"] == 2
+
+    step = next(s for s in data["transitions"] if s["to_torch"] == "2.5.1")
+    assert {c["case"] for c in step["flips"]} == {CK}
+    assert {c["case"] for c in step["regressions"]} == {NEST, TE}
+    assert "flips: pass → fail → pass → fail over 4 measurements" in step["flips"][0]["flip"]
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "1 cell changed that flip (known from the table" in html
+
+
+def test_a_code_change_ends_what_the_history_says(tmp_path):
+    repo = tmp_path / "repo"
+    table = repo / "results"
+    git(tmp_path, "init", "-q", str(repo))
+    for number, ck in enumerate(["pass", "fail", "pass"]):
+        measure(table, number, {CK: "pass"}, {CK: ck})
+        commit(repo, f"measurement {number}")
+    changed = {**CODE, sources.family_files()["checkpoint"].relative_to(sources.paths.ROOT).as_posix(): "digest-2"}
+    write_session(table, "cpu_torch25", "2.5.1", {CK: "fail"}, started="2026-11-20T03:00:00+00:00",
+                  packages=["torch==2.5.1"], reuse_sources=changed)
+    assert run_cli(table, "--out", tmp_path / "out").returncode == 0
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert data["flips"]["cells"] == []
+    assert {(r["case"], r["status"]) for r in data["previous"]["rows"]} == {(CK, "regressed")}
+
+
+def test_outside_git_nothing_is_learned_and_the_data_says_why(tmp_path):
+    measure(tmp_path / "alone", 0, {CK: "pass"}, {CK: "flaky"})
+    assert run_cli(tmp_path / "alone", "--out", tmp_path / "out").returncode == 0
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert "outside" in data["flips"]["unavailable"] or "git could not say" in data["flips"]["unavailable"]
+    flipping = subprocess.run(["git", "--version"], capture_output=True).returncode == 0
+    assert flipping and data["flips"]["cells"] == []
