@@ -188,16 +188,34 @@ def test_a_cards_versions_and_since_come_from_its_own_cells_in_version_order(tmp
     card, = data["failing"]
     assert card["signature"] == "AssertionError: Tensor-likes are not close!"
     assert [c["case"] for c in card["cases"]] == [CK, NEST]  # in row order
-    assert card["versions"] == ["2.9.1", "2.11.0"] and card["since"] == "2.9.1"  # not OLD's 2.8.0
-    assert card["spans"] == [["2.9.1", "2.9.1"], ["2.11.0", "2.11.0"]]  # 2.10.0 in between did not fail this way
-    # per case: CK failed on 2.9.1 and 2.10.0 too, another way: this failure since 2.11.0 only
+    assert card["versions"] == ["2.9.1", "2.10.0", "2.11.0"] and card["since"] == "2.9.1"  # not OLD's 2.8.0
+    # per case: CK failed on 2.9.1 and 2.10.0 too, worded otherwise: one bug is followed by its case, not its
+    # message; NEST passed on 2.10.0 in between
     assert {c["case"]: (c["versions"], c["since"]) for c in card["cases"]} == {
-        NEST: (["2.9.1", "2.11.0"], "2.9.1"), CK: (["2.11.0"], "2.11.0")}
+        NEST: (["2.9.1", "2.11.0"], "2.9.1"), CK: (["2.9.1", "2.10.0", "2.11.0"], "2.9.1")}
+    assert card["wordings"] == [{"signature": "AssertionError: Tensor-likes are not close!",
+                                 "spans": [["2.9.1", "2.9.1"], ["2.11.0", "2.11.0"]]},
+                                {"signature": "KeyError: 'x'", "spans": [["2.9.1", "2.10.0"]]}]
     text = section(render.render_markdown(data), "## Failing on the newest torch")
-    assert "- **2 cases** on cpu; fails this way on torch 2.9.1, 2.11.0 (since 2.9.1; newest 2.11.0)" \
-        in text
+    assert "- **2 cases** on cpu; fails this way on torch 2.9.1 to 2.11.0 (since 2.9.1; newest 2.11.0)" in text
+    assert "- one bug, worded differently along the versions: `AssertionError: Tensor-likes are not close!` on " \
+        "2.9.1, 2.11.0; `KeyError: 'x'` on 2.9.1 to 2.10.0\n" in text
     html = render.render_html(data)
-    assert "since torch 2.11.0</li>" in html  # CK, on the page: later than its card
+    assert "One bug, worded differently along the versions" in html
+
+
+def test_a_failing_program_is_one_bug_across_versions_however_torch_words_it(tmp_path):
+    # One program, its error reworded between versions; another program that fails only on the newest.
+    reworded = dict(example("AssertionError: target: aten.avg_pool2d_backward.default"), program="def op(x): pool(x)")
+    now = dict(example("AssertionError: expected: len(padding) == 2"), program="def op(x): pool(x)")
+    other = dict(example("AssertionError: expected: len(padding) == 2"), program="def op(x): other(x)")
+    write_session(tmp_path, "cpu_torch21", "2.1.2", {PROP: property_cell(reworded)})
+    write_session(tmp_path, "cpu_torch22", "2.2.2", {PROP: "pass"})
+    write_session(tmp_path, "cpu_torch214", "2.14.1", {PROP: property_cell(reworded)})
+    write_session(tmp_path, "cpu_torch215", "2.15.0", {PROP: property_cell(now, other)})
+    card, = render.build([tmp_path])["failing"]
+    assert card["spans"] == [["2.1.2", "2.1.2"], ["2.14.1", "2.15.0"]] and card["since"] == "2.1.2"
+    assert [w["spans"] for w in card["wordings"]] == [[["2.15.0", "2.15.0"]], [["2.1.2", "2.1.2"], ["2.14.1", "2.14.1"]]]
 
 
 def test_each_failing_example_of_a_property_cell_joins_the_card_of_its_own_signature(tmp_path):
@@ -525,8 +543,9 @@ def test_committed_results_render_within_githubs_limits(tmp_path):
 
 def test_the_committed_tables_cards_agree_with_their_own_cells():
     """The checkout's results, read only: each card's versions are exactly the torch versions where one
-    of its cases failed its way (whole, or as a failing example), `since` the first by version; no card
-    stands for an ExceptionGroup's whole line; each says NEW, a reference or a limitation, never both."""
+    of its cases failed its way (whole, or as a failing example: one of the programs that fail its way on
+    the newest torch), with the card's status and reference, however worded; `since` the first by version;
+    no card stands for an ExceptionGroup's whole line; each says NEW, a reference or a limitation, never both."""
     from packaging.version import Version
 
     from harness.report import analysis, cards as carding
@@ -537,11 +556,16 @@ def test_the_committed_tables_cards_agree_with_their_own_cells():
     assert data["failing"], "the committed table has failing cards"
     for card in data["failing"]:
         found = set()
+        newest = {s.name: s for s in sessions}[card["session"]]
         for case in card["cases"]:
+            examples = ((newest.cases[case["case"]].get("metrics") or {}).get("property") or {}).get("failing_examples")
+            programs = {examples[n - 1]["program"] for n in case["examples"]}  # none: the cell failed as a whole
             for session in lines[card["line"]]:
                 record = session.cases.get(case["case"])
-                if record and not session.absent(case["case"]) and card["signature"] in {
-                        f["signature"] for f in carding.failures(record)}:
+                if record and not session.absent(case["case"]) and any(
+                        carding.status(f) == card["status"] and (card["status"] == "new" or f["reference"] == card["reference"])
+                        and (f["programs"] & programs if programs else not f["examples"])
+                        for f in carding.failures(record)):
                     found.add(session.torch)
         order = sorted(found, key=lambda v: Version(v.split("+")[0]))  # packaging's order, as the report
         assert card["versions"] == order and card["since"] == order[0], card["signature"]

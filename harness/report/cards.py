@@ -9,6 +9,11 @@ its own signature, so a cell can sit on several cards, each naming which of its 
 A card's torch versions and its "since" are read from exactly the cells it holds (its cases along
 their line), in torch version order, and its status from what its failures matched: a reference
 (a known upstream bug), a documented limitation, or nothing: NEW, not reported upstream.
+
+Along the versions a bug is followed by what fails, not by how the message is worded (torch rewords
+its errors: "target: aten.avg_pool2d_backward.default" on 2.1 is "expected: len(padding) == 2" on
+2.14, for one program): a failing example by its program, a cell failing as a whole by its case; each
+with the same status and reference. The wordings met along the way are kept on the card (`wordings`).
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ def failures(record: dict) -> list[dict]:
     examples = ((record.get("metrics") or {}).get("property") or {}).get("failing_examples") or []
     if not examples or record["outcome"] in WHOLE_CELL:
         return [{"signature": same_bug(bug_signature(record)), "outcome": record["outcome"],
-                 "reference": record.get("reference"), "error": opening_line(record.get("message")), "examples": []}]
+                 "reference": record.get("reference"), "error": opening_line(record.get("message")), "examples": [],
+                 "programs": set()}]
     found: dict[tuple, dict] = {}
     for number, example in enumerate(examples, 1):
         outcome = example.get("outcome") or "fail"
@@ -61,9 +67,28 @@ def failures(record: dict) -> list[dict]:
         signature = same_bug(example["signature"])
         entry = found.setdefault((signature, outcome, reference), {
             "signature": signature, "outcome": outcome, "reference": reference,
-            "error": opening_line(example.get("error")), "examples": []})
+            "error": opening_line(example.get("error")), "examples": [], "programs": set()})
         entry["examples"].append(number)
+        if example.get("program"):
+            entry["programs"].add(example["program"])
     return list(found.values())
+
+
+def identity(failure: dict) -> tuple:
+    """What a failure is along the versions (see above): its status and reference, and its programs
+    (a property cell's failing examples) or, for a cell failing as a whole, nothing more: its case."""
+    kind = status(failure)
+    return kind, failure["reference"] if kind != "new" else None
+
+
+def same_failure(failure: dict, record: dict) -> dict | None:
+    """The failure of `record` (another version's record of the same case) that is `failure`'s bug: the
+    same identity, and for a failing example one of the same programs. None where the bug is not there."""
+    for other in failures(record):
+        if identity(other) == identity(failure) and (
+                failure["programs"] & other["programs"] if failure["programs"] else not other["programs"]):
+            return other
+    return None
 
 
 def which(numbers: list[int], record: dict) -> str | None:
@@ -79,10 +104,6 @@ def status(failure: dict) -> str:
     """new (failed, matching no declaration: whatever was declared, this failure is not it),
     known (matched an upstream bug) or limitation (matched a documented limitation)."""
     return failure["outcome"] if failure["outcome"] in ("known", "limitation") else "new"
-
-
-def signatures(record: dict) -> set[str]:
-    return {failure["signature"] for failure in failures(record)}
 
 
 def spans(found: list[str], along: list[str]) -> list[list[str]]:
@@ -126,8 +147,11 @@ def failing_cards(sessions: list[SessionResult], case_ids: list[str]) -> list[di
                     "line": line, "signature": failure["signature"], "status": kind, "status_text": STATUS_TEXT[kind],
                     "reference": reference, "link": upstream_link(reference), "outcome": failure["outcome"],
                     "error": failure["error"], "session": newest.name, "torch": newest.torch, "cases": [],
-                    "declared": [], "measured": [], **commands(case, newest.name)})
-                seen = by_version(s.torch for s, r in history if failure["signature"] in signatures(r))
+                    "declared": [], "measured": [], "wordings": {}, **commands(case, newest.name)})
+                met = [(s.torch, found) for s, r in history for found in [same_failure(failure, r)] if found]
+                seen = by_version(torch for torch, _ in met)
+                for torch, found in met:
+                    card["wordings"].setdefault(found["signature"], []).append(torch)
                 card["cases"].append({"case": case, "outcome": record["outcome"], "examples": failure["examples"],
                                       "which": which(failure["examples"], record), "versions": seen,
                                       "since": seen[0] if seen else newest.torch})
@@ -138,7 +162,12 @@ def failing_cards(sessions: list[SessionResult], case_ids: list[str]) -> list[di
     for card in cards.values():
         card["versions"] = by_version(v for c in card["cases"] for v in c["versions"])
         card["since"] = card["versions"][0]
-        card["spans"] = spans(card["versions"], by_version(card.pop("measured")))
+        measured = by_version(card.pop("measured"))
+        card["spans"] = spans(card["versions"], measured)
+        # each wording and where it was met, the card's own first; one wording: nothing to say
+        wordings = sorted(card["wordings"].items(), key=lambda w: (w[0] != card["signature"], by_version(w[1])[0]))
+        card["wordings"] = [{"signature": text, "spans": spans(by_version(torches), measured)}
+                            for text, torches in wordings] if len(wordings) > 1 else []
     found = sorted(cards.values(), key=lambda c: (STATUSES.index(c["status"]), -len(c["cases"]), c["line"],
                                                  c["signature"], c["reference"] or ""))
     _note_same_failure(found)
