@@ -339,6 +339,39 @@ def test_a_card_is_named_by_the_finding_it_holds_everywhere_the_report_names_it(
     assert not re.search(r"\bcards? \d", re.sub(r"<[^>]+>", "", failing), re.I)
 
 
+def test_the_bug_strip_marks_where_each_cards_cells_fail_ran_or_were_not_measured(tmp_path):
+    # One line per card, one column per torch version of its line: where its cells fail this way,
+    # where they ran and did not, and blank where none of its cases ran (2.7.1 has neither).
+    fail = {"outcome": "fail", "message": "Tensor-likes are not close!"}
+    other = {"outcome": "fail", "exc_type": "KeyError", "message": "'x'"}
+    write_session(tmp_path, "cpu_torch27", "2.7.1", {OLD: "pass"})
+    write_session(tmp_path, "cpu_torch28", "2.8.0", {NEST: "pass", CK: "pass", OLD: "pass"})
+    write_session(tmp_path, "cpu_torch29", "2.9.1", {NEST: fail, CK: other, OLD: "pass"})
+    write_session(tmp_path, "cpu_torch210", "2.10.0", {NEST: "pass", CK: other, OLD: "pass"})
+    write_session(tmp_path, "cpu_torch211", "2.11.0", {NEST: fail, CK: fail, OLD: "pass"})
+    data = render.build([tmp_path])
+    card, = data["failing"]
+    strip = data["bug_strip"]
+    line, = strip["lines"]
+    assert line["line"] == "cpu" and [v["short"] for v in line["versions"]] == ["2.7", "2.8", "2.9", "2.10", "2.11"]
+    assert [v["torch"] for v in line["versions"]] == ["2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0"]
+    row, = line["rows"]
+    assert (row["label"], row["anchor"]) == (card["label"], card["anchor"])
+    assert row["marks"] == [None, "ran", "fails", "ran", "fails"]
+    fails, ran = strip["marks"]["fails"]["symbol"], strip["marks"]["ran"]["symbol"]
+    assert fails != ran
+    assert json.loads(json.dumps(data, default=str))["bug_strip"] == strip  # report.json carries it
+    text = section(render.render_markdown(data), "## Failing on the newest torch")
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("|")]
+    assert rows[0] == ["cpu", "2.7", "2.8", "2.9", "2.10", "2.11"]
+    assert rows[2] == ["Card A", "", ran, fails, ran, fails]
+    html = render.render_html(data)
+    strip_html = html[html.index('id="bug-strip"'):]
+    strip_html = strip_html[:strip_html.index("</table>")]
+    assert f'<a href="#{card["anchor"]}">Card A</a>' in strip_html
+    assert strip_html.count(f">{fails}<") == 2 and strip_html.count(f">{ran}<") == 2
+
+
 def test_each_session_says_when_where_and_from_which_commit_it_was_measured(tmp_path):
     write_session(tmp_path, "cpu_torch24", "2.4.1", {CK: "pass", TE: "pass"}, started="2026-11-20T08:00:00+00:00",
                   git_commit="1111111aaaaaaaabbbb", cpu="AMD EPYC 7B13")
