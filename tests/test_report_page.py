@@ -78,6 +78,17 @@ def clipped_headers(driver) -> list[str]:
         ".map(th => th.textContent)")
 
 
+def strip_on_first_screen(driver) -> bool:
+    """The bug strip whole in the first screen, each version's header and mark whole in its column."""
+    from selenium.webdriver.common.by import By
+
+    cut = driver.execute_script(
+        "return [...document.querySelectorAll('#bug-strip thead th:not(.bug), #bug-strip td')]"
+        ".filter(c => c.scrollWidth > c.clientWidth).length")
+    tables = driver.find_elements(By.CSS_SELECTOR, "#bug-strip table")
+    return bool(tables) and all(visible(driver, table) for table in tables) and not cut
+
+
 def state(driver) -> dict:
     return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(driver.current_url).fragment))
 
@@ -192,6 +203,7 @@ def test_the_committed_table_fits_the_screen_and_shows_the_lightning_axis_on_req
         return [th.get_attribute("data-session") for th in browser.find_elements(By.CSS_SELECTOR, "#matrix-grid th.session")]
     assert not set(columns()) & set(axis) and len(columns()) == len(data["sessions"]) - len(axis)
     assert browser.execute_script("return document.documentElement.scrollWidth") <= 1400
+    assert strip_on_first_screen(browser)
     Select(browser.find_element(By.ID, "f-sessions")).select_by_value("lightning")
     assert set(axis) <= set(columns()) and "sessions=lightning" in browser.current_url
     case = next(c["case"] for c in data["cases"] if not c["cells"][axis[0]].get("absent"))
@@ -221,6 +233,7 @@ def test_at_800_px_the_page_does_not_scroll_sideways_and_the_newest_column_is_in
     assert narrow_browser.execute_script("return [innerWidth, innerHeight]") == [800, 900]
     assert narrow_browser.execute_script("return document.documentElement.scrollWidth") <= 800
     assert not clipped_headers(narrow_browser)  # "2.5.1 py310_pyg" whole, not "2.5.1 py310_"
+    assert strip_on_first_screen(narrow_browser)
     narrow_browser.find_element(By.CSS_SELECTOR, 'nav a[href="#matrix"]').click()
     newest = data["newest"][0]["session"]
     column = narrow_browser.find_element(By.CSS_SELECTOR, f'#matrix-grid th.session[data-session="{newest}"]')
