@@ -33,8 +33,9 @@ FAILING_CELL = "#matrix-grid td.cell.o-fail a"  # the grid's first failing cell
 RECORD_SHOWN = "#details dt"  # the record's fields, in the panel beside the grid
 
 
-def browser(profile: pathlib.Path):
-    """Headless Chromium with a viewport of 1400x900 and its own profile (tests/test_report_page.py's too)."""
+def browser(profile: pathlib.Path, width: int = 1400, height: int = 900):
+    """Headless Chromium with a viewport of 1400x900 (or `width` x `height`) and its own profile
+    (tests/test_report_page.py's too)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -43,9 +44,9 @@ def browser(profile: pathlib.Path):
     for flag in [*FLAGS, f"--user-data-dir={profile}"]:
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
-    # the viewport itself 1400x900 (--window-size counts the window, not the page)
+    # the viewport itself (--window-size counts the window, not the page)
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
     return driver
 
 

@@ -140,14 +140,14 @@ def test_failing_on_the_newest_torch_grouped_by_bug_with_its_commands(matrix):
     ]  # NEST failed on 2.6 and 2.7, OLD on 2.5 and 2.7: the group's versions are their union
     assert data["failing"][1]["declared"] == [{"ref": TE_REF}]  # declared, did not match
     text = section(render.render_markdown(data), "## Failing on the newest torch")
-    assert "### 1. ❌ AssertionError: Tensor-likes are not close!" in text
+    assert "### Card A. ❌ AssertionError: Tensor-likes are not close!" in text
     assert "- **2 cases** on cpu; fails this way on torch 2.5.1 to 2.7.1 (since 2.5.1; newest 2.7.1)" in text
     assert f"- reproduce: `nox -s repro -- '{NEST}' --session cpu_torch27`; bisect: `nox -s bisect -- '{NEST}'`" in text
     # declared and not matched: named as text, never as a link that would pass for "reported"
     assert f"- **NEW**: not reported upstream (no declared reference matches this failure); declared for these " \
         f"cases, not this failure: {TE_REF}" in text
     assert "](https://github.com/NVIDIA/TransformerEngine/issues/890)" not in text
-    assert "### 3. 💥 crash: worker died" in text
+    assert "### Card C. 💥 crash: worker died" in text
 
 
 PROP = "nested_compile/property_region[cpu-inductor-fullgraph]"
@@ -269,19 +269,19 @@ def test_every_card_says_its_upstream_status_and_a_reference_is_matched_or_not(t
         NEST: {"outcome": "fail", "exc_type": "RuntimeError", "message": SLOW.split(": ", 1)[1]},
         OLD: {"outcome": "fail", "message": "Tensor-likes are not close!", "upstream": [PYG_REF]}})
     data = render.build([tmp_path])
-    found = [(c["number"], c["status"], c["reference"], [x["case"] for x in c["cases"]], c["same_failure"])
-             for c in data["failing"]]
+    found = [(c["label"], c["status"], c["reference"], [x["case"] for x in c["cases"]],
+              [other["label"] for other in c["same_failure"]]) for c in data["failing"]]
     slow = outcomes.bug_signature("RuntimeError", SLOW.split(": ", 1)[1])
     assert found == [
-        (1, "new", None, [OLD], []), (2, "new", None, [PROP], []), (3, "new", None, [NEST], [4]),
-        (4, "known", TE_REF, [PROP], [3]), (5, "limitation", DOC_REF, [PROP], [])]  # NEW first
+        ("Card A", "new", None, [OLD], []), ("Card B", "new", None, [PROP], []), ("Card C", "new", None, [NEST], ["Card D"]),
+        ("Card D", "known", TE_REF, [PROP], ["Card C"]), ("Card E", "limitation", DOC_REF, [PROP], [])]  # NEW first
     assert data["failing"][2]["signature"] == data["failing"][3]["signature"] == slow
     for card in data["failing"]:  # a reference this card matched is never also "declared, not matched" on it
         assert card["reference"] not in [d["ref"] for d in card["declared"]]
     assert [d["ref"] for d in data["failing"][0]["declared"]] == [PYG_REF]
     text = section(render.render_markdown(data), "## Failing on the newest torch")
     cards = text.split("\n### ")[1:]
-    assert cards[2].count("- **NEW**: not reported upstream") == 1 and "card 4" in cards[2]
+    assert cards[2].count("- **NEW**: not reported upstream") == 1 and "Card D" in cards[2]
     assert f"declared for these cases, not this failure: {PYG_REF}" in cards[0] and "](" not in cards[0]
     assert f"- 🐛 known upstream bug: [{TE_REF}](https://github.com/NVIDIA/TransformerEngine/issues/890)" in cards[3]
     assert f"- 🚧 documented limitation: [{DOC_REF}]({DOC_REF})" in cards[4] and "NEW" not in cards[4]
@@ -292,6 +292,102 @@ def test_every_card_says_its_upstream_status_and_a_reference_is_matched_or_not(t
     known_card = html[at[3]:at[4]]
     assert f'known upstream bug:</span> <a href="https://github.com/NVIDIA/TransformerEngine/issues/890">{TE_REF}</a>' \
         in known_card and "NEW" not in known_card
+
+
+CATALOGUE = """
+[[finding]]
+number = 2
+title = "a wrong output"
+cases = ["nested_compile/recursive"]
+signature = "Tensor-likes"
+script = "found_wrong_output.py"
+search = "wrong output"
+
+[[finding]]
+number = 3
+title = "anything nested, on several cards"
+cases = ["nested_compile/"]
+signature = "."
+script = "found_anything.py"
+search = "anything"
+
+[[finding]]
+number = 7
+title = "rematerialization refuses a random op"
+cases = ["nested_compile/inner_outer"]
+signature = "^RuntimeError: rematerialization"
+script = "found_remat.py"
+search = "rematerialization random"
+"""
+
+
+def test_a_card_is_named_by_the_finding_it_holds_everywhere_the_report_names_it(tmp_path, monkeypatch):
+    # README, docs/findings.md and the issue texts number the findings; a card holding one is called
+    # by that number whatever its place, and a card holding none by a letter, never a number.
+    from harness.report import findings
+
+    catalogue = tmp_path / "findings.toml"
+    catalogue.write_text(CATALOGUE)
+    load = findings.load
+    monkeypatch.setattr(findings, "load", lambda path=catalogue: load(path))
+    table = tmp_path / "table"
+    write_session(table, "cpu_torch215", "2.15.0", {
+        OLD: {"outcome": "fail", "message": "Tensor-likes are not close!"},
+        CK: {"outcome": "fail", "message": "Tensor-likes are not close!"},
+        NEST: {"outcome": "fail", "exc_type": "RuntimeError", "message": SLOW.split(": ", 1)[1]},
+        PROP: property_cell(example(SLOW, "known", TE_REF), declared=[TE_REF])})
+    data = render.build([table])
+    cards = data["failing"]
+    assert [(c["number"], c["label"], c["status"]) for c in cards] == [
+        (1, "Finding 2", "new"), (2, "Finding 7", "new"), (3, "Card A", "known")]
+    finding_7, card_a = cards[1], cards[2]
+    assert finding_7["same_failure"] == [{"label": "Card A", "anchor": card_a["anchor"]}]
+    assert card_a["same_failure"] == [{"label": "Finding 7", "anchor": finding_7["anchor"]}]
+    assert [(f["number"], [c["label"] for c in f["cards"]]) for f in data["findings_unmatched"]] == [
+        (3, ["Finding 2", "Finding 7", "Card A"])]
+    text = section(render.render_markdown(data), "## Failing on the newest torch")
+    headings = re.findall(r"^### (.*?)\. ", text, re.M)
+    assert headings == ["Finding 2", "Finding 7", "Card A"]
+    assert "the same failure on other cases: Card A" in text and "the same failure on other cases: Finding 7" in text
+    assert not re.search(r"\bcards? \d", text, re.I)  # no card is called by its place
+    html = render.render_html(data)
+    failing = html[html.index('<section id="failing">'):html.index("</section>", html.index('<section id="failing">'))]
+    assert f'<a href="#{card_a["anchor"]}">Card A</a>' in failing and f'<a href="#{finding_7["anchor"]}">Finding 7</a>' in failing
+    assert re.search(r"Finding 3 \(anything nested[^)]*\) is on 3 cards \(<a href=\"#bug-\w+\">Finding 2</a>", failing)
+    assert not re.search(r"\bcards? \d", re.sub(r"<[^>]+>", "", failing), re.I)
+
+
+def test_the_bug_strip_marks_where_each_cards_cells_fail_ran_or_were_not_measured(tmp_path):
+    # One line per card, one column per torch version of its line: where its cells fail this way,
+    # where they ran and did not, and blank where none of its cases ran (2.7.1 has neither).
+    fail = {"outcome": "fail", "message": "Tensor-likes are not close!"}
+    other = {"outcome": "fail", "exc_type": "KeyError", "message": "'x'"}
+    write_session(tmp_path, "cpu_torch27", "2.7.1", {OLD: "pass"})
+    write_session(tmp_path, "cpu_torch28", "2.8.0", {NEST: "pass", CK: "pass", OLD: "pass"})
+    write_session(tmp_path, "cpu_torch29", "2.9.1", {NEST: fail, CK: other, OLD: "pass"})
+    write_session(tmp_path, "cpu_torch210", "2.10.0", {NEST: "pass", CK: other, OLD: "pass"})
+    write_session(tmp_path, "cpu_torch211", "2.11.0", {NEST: fail, CK: fail, OLD: "pass"})
+    data = render.build([tmp_path])
+    card, = data["failing"]
+    strip = data["bug_strip"]
+    line, = strip["lines"]
+    assert line["line"] == "cpu" and [v["short"] for v in line["versions"]] == ["2.7", "2.8", "2.9", "2.10", "2.11"]
+    assert [v["torch"] for v in line["versions"]] == ["2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0"]
+    row, = line["rows"]
+    assert (row["label"], row["anchor"]) == (card["label"], card["anchor"])
+    assert row["marks"] == [None, "ran", "fails", "ran", "fails"]
+    fails, ran = strip["marks"]["fails"]["symbol"], strip["marks"]["ran"]["symbol"]
+    assert fails != ran
+    assert json.loads(json.dumps(data, default=str))["bug_strip"] == strip  # report.json carries it
+    text = section(render.render_markdown(data), "## Failing on the newest torch")
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("|")]
+    assert rows[0] == ["cpu", "2.7", "2.8", "2.9", "2.10", "2.11"]
+    assert rows[2] == ["Card A", "", ran, fails, ran, fails]
+    html = render.render_html(data)
+    strip_html = html[html.index('id="bug-strip"'):]
+    strip_html = strip_html[:strip_html.index("</table>")]
+    assert f'<a href="#{card["anchor"]}">Card A</a>' in strip_html
+    assert strip_html.count(f">{fails}<") == 2 and strip_html.count(f">{ran}<") == 2
 
 
 def test_each_session_says_when_where_and_from_which_commit_it_was_measured(tmp_path):

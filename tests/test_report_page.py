@@ -31,6 +31,27 @@ def browser(tmp_path):
 
 
 @pytest.fixture
+def narrow_browser(tmp_path):
+    """The same browser with a viewport of 800x900: a laptop's half screen."""
+    from benchmarks.report_paint import browser as chromium
+
+    driver = chromium(tmp_path / "narrow-profile", width=800)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def committed_page(tmp_path_factory):
+    """The committed table's page (29 sessions, 13 of them the Lightning axis), rendered once."""
+    from harness.core import paths
+
+    out = tmp_path_factory.mktemp("committed")
+    data = render.build([paths.ROOT / "results"])
+    render.write(data, out)
+    return data, out / "report.html"
+
+
+@pytest.fixture
 def page(matrix, tmp_path):  # noqa: F811
     """The fixture matrix plus enough sessions and cases for the grid to be as wide as a real one."""
     for minor in range(7, 16):  # complete sessions: every case the others have
@@ -49,6 +70,25 @@ def visible(driver, element) -> bool:
         "return r.width > 0 && r.left >= 0 && r.top >= 0 && r.right <= innerWidth && r.bottom <= innerHeight;", element)
 
 
+def clipped_headers(driver) -> list[str]:
+    """The grid's column headers whose text does not fit their cell (cut where it overflows)."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#matrix-grid th.session')]"
+        ".filter(th => th.scrollHeight > th.clientHeight + 1 || th.scrollWidth > th.clientWidth + 1)"
+        ".map(th => th.textContent)")
+
+
+def strip_on_first_screen(driver) -> bool:
+    """The bug strip whole in the first screen, each version's header and mark whole in its column."""
+    from selenium.webdriver.common.by import By
+
+    cut = driver.execute_script(
+        "return [...document.querySelectorAll('#bug-strip thead th:not(.bug), #bug-strip td')]"
+        ".filter(c => c.scrollWidth > c.clientWidth).length")
+    tables = driver.find_elements(By.CSS_SELECTOR, "#bug-strip table")
+    return bool(tables) and all(visible(driver, table) for table in tables) and not cut
+
+
 def state(driver) -> dict:
     return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(driver.current_url).fragment))
 
@@ -63,6 +103,7 @@ def test_first_screen_shows_the_failing_group_and_the_newest_column(browser, pag
         shutil.copy(tmp_path / "first-screen.png", keep)
     assert browser.execute_script("return [innerWidth, innerHeight]") == [1400, 900]
     assert browser.execute_script("return document.documentElement.scrollWidth") <= 1400  # no sideways scrolling
+    assert not clipped_headers(browser)
     group = browser.find_element(By.CSS_SELECTOR, "#failing .group")
     assert visible(browser, group), group.rect
     assert "nox -s repro -- '" + NEST + "' --session cpu_torch215" in group.text
@@ -145,26 +186,24 @@ def test_a_case_link_in_a_failing_group_opens_its_cell(browser, page):
     assert browser.find_element(By.CSS_SELECTOR, "#known > details").get_attribute("open") is not None
 
 
-def test_the_committed_table_fits_the_screen_and_shows_the_lightning_axis_on_request(browser, tmp_path):
+def test_the_committed_table_fits_the_screen_and_shows_the_lightning_axis_on_request(browser, committed_page):
     # The real table (29 sessions, 13 of them the Lightning axis), not a fixture: the page must not
     # scroll sideways at 1400 px; the axis's columns come with the sessions filter, and with a link
     # to one of their cells.
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    from harness.core import paths
-
-    data = render.build([paths.ROOT / "results"])
+    data, page = committed_page
     axis = [s["name"] for s in data["sessions"] if s["lightning_of"]]
     assert axis, "the committed table has Lightning-axis sessions"
-    render.write(data, tmp_path / "out")
-    page = (tmp_path / "out" / "report.html").as_uri()
+    page = page.as_uri()
     browser.get(page)
 
     def columns():
         return [th.get_attribute("data-session") for th in browser.find_elements(By.CSS_SELECTOR, "#matrix-grid th.session")]
     assert not set(columns()) & set(axis) and len(columns()) == len(data["sessions"]) - len(axis)
     assert browser.execute_script("return document.documentElement.scrollWidth") <= 1400
+    assert strip_on_first_screen(browser)
     Select(browser.find_element(By.ID, "f-sessions")).select_by_value("lightning")
     assert set(axis) <= set(columns()) and "sessions=lightning" in browser.current_url
     case = next(c["case"] for c in data["cases"] if not c["cells"][axis[0]].get("absent"))
@@ -182,3 +221,23 @@ def test_the_committed_table_fits_the_screen_and_shows_the_lightning_axis_on_req
     cell = browser.find_element(By.CSS_SELECTOR, "#matrix-grid td.selected")
     assert visible(browser, cell) and cell.rect["x"] + cell.rect["width"] <= details.rect["x"], (cell.rect, details.rect)
     assert browser.execute_script("return document.documentElement.scrollWidth") <= 1400
+
+
+def test_at_800_px_the_page_does_not_scroll_sideways_and_the_newest_column_is_in_view(narrow_browser, committed_page):
+    # At 800 px the grid is wider than the page: it scrolls inside its own box, scrolled so that the
+    # newest torch's column is in view, while the page itself never scrolls sideways.
+    from selenium.webdriver.common.by import By
+
+    data, page = committed_page
+    narrow_browser.get(page.as_uri())
+    assert narrow_browser.execute_script("return [innerWidth, innerHeight]") == [800, 900]
+    assert narrow_browser.execute_script("return document.documentElement.scrollWidth") <= 800
+    assert not clipped_headers(narrow_browser)  # "2.5.1 py310_pyg" whole, not "2.5.1 py310_"
+    assert strip_on_first_screen(narrow_browser)
+    narrow_browser.find_element(By.CSS_SELECTOR, 'nav a[href="#matrix"]').click()
+    newest = data["newest"][0]["session"]
+    column = narrow_browser.find_element(By.CSS_SELECTOR, f'#matrix-grid th.session[data-session="{newest}"]')
+    assert visible(narrow_browser, column), column.rect
+    name = narrow_browser.find_element(By.CSS_SELECTOR, "#matrix-grid td.name")
+    assert visible(narrow_browser, name), name.rect  # the case names stay at the left while the grid scrolls
+    assert narrow_browser.execute_script("return document.documentElement.scrollWidth") <= 800

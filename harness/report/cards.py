@@ -19,6 +19,7 @@ with the same status and reference. The wordings met along the way are kept on t
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 
 from harness.core import versions
@@ -162,30 +163,51 @@ def failing_cards(sessions: list[SessionResult], case_ids: list[str]) -> list[di
     for card in cards.values():
         card["versions"] = by_version(v for c in card["cases"] for v in c["versions"])
         card["since"] = card["versions"][0]
-        measured = by_version(card.pop("measured"))
-        card["spans"] = spans(card["versions"], measured)
+        card["measured"] = by_version(card["measured"])  # where its cases ran: the bug strip's "did not fail"
+        card["spans"] = spans(card["versions"], card["measured"])
         # each wording and where it was met, the card's own first; one wording: nothing to say
         wordings = sorted(card["wordings"].items(), key=lambda w: (w[0] != card["signature"], by_version(w[1])[0]))
-        card["wordings"] = [{"signature": text, "spans": spans(by_version(torches), measured)}
+        card["wordings"] = [{"signature": text, "spans": spans(by_version(torches), card["measured"])}
                             for text, torches in wordings] if len(wordings) > 1 else []
     found = sorted(cards.values(), key=lambda c: (STATUSES.index(c["status"]), -len(c["cases"]), c["line"],
                                                  c["signature"], c["reference"] or ""))
-    _note_same_failure(found)
+    for number, card in enumerate(found, 1):
+        # the anchor is the bug's, not its place: a link to it holds when other cards come and go
+        key = "\n".join((card["line"], card["signature"], card["status"], card["reference"] or ""))
+        card["anchor"] = "bug-" + hashlib.sha256(key.encode()).hexdigest()[:10]
+        card["number"] = number  # its place in the list, from 1
+    name(found)
     return found
 
 
-def _note_same_failure(cards: list[dict]) -> None:
-    """A failure that is NEW on some cases and matches a reference on others gets two cards (a
-    reference is matched or not, never both on one card); each says which other card it shares the
-    failure with (by number, from 1), so a missing declaration shows. A card's `anchor` is its
-    bug's, not its place: a link to it holds when other cards come and go."""
-    for index, card in enumerate(cards):
-        key = "\n".join((card["line"], card["signature"], card["status"], card["reference"] or ""))
-        card["anchor"] = "bug-" + hashlib.sha256(key.encode()).hexdigest()[:10]
-        card["same_failure"] = [number for number, other in enumerate(cards, 1)
-                                if other is not card and (other["line"], other["signature"]) ==
-                                (card["line"], card["signature"])]
-        card["number"] = index + 1
+def _letters():
+    """A, B, ..., Z, AA, AB, ...: what names the cards that hold no finding."""
+    for size in itertools.count(1):
+        for letters in itertools.product("ABCDEFGHIJKLMNOPQRSTUVWXYZ", repeat=size):
+            yield "".join(letters)
+
+
+def name(cards: list[dict]) -> None:
+    """Each card's `label`, the one name the report calls it by: "Finding N" for a card that holds a
+    finding (`finding`: its number in results/reductions/findings.toml, README and the issue texts,
+    whatever the card's place), else "Card A", "Card B", ... in the cards' order: a letter, so never
+    read as a finding's number. Run again once findings are attached (harness.report.findings).
+
+    A failure that is NEW on some cases and matches a reference on others gets two cards (a
+    reference is matched or not, never both on one card); each names in `same_failure` the other
+    cards it shares the failure with, so a missing declaration shows."""
+    letters = _letters()
+    for card in cards:
+        finding = card.get("finding")
+        card["label"] = f"Finding {finding['number']}" if finding else f"Card {next(letters)}"
+    for card in cards:
+        card["same_failure"] = [reference(other) for other in cards if other is not card and
+                                (other["line"], other["signature"]) == (card["line"], card["signature"])]
+
+
+def reference(card: dict) -> dict:
+    """How another part of the report points at a card: its label and its anchor."""
+    return {"label": card["label"], "anchor": card["anchor"]}
 
 
 def failing_cases(cards: list[dict]) -> int:

@@ -15,6 +15,7 @@ import re
 import urllib.parse
 
 from harness.core import paths
+from harness.report import cards as carding
 from harness.report.results import ReportError
 
 try:
@@ -100,8 +101,9 @@ def load(path: pathlib.Path = CATALOGUE) -> list[Finding]:
 
 
 def attach(cards: list[dict], catalogue: list[Finding]) -> list[dict]:
-    """Each card gets `finding`: the one finding it holds (or None). Returns the findings that hold
-    no card, or more than one, each with the card numbers it matched."""
+    """Each card gets `finding`: the one finding it holds (or None), and is named again by it
+    ("Finding N": cards.name). Returns the findings that hold no card, or more than one, each with
+    the cards it matched (`cards`: each one's label and anchor)."""
     for card in cards:
         card["finding"] = None
     unmatched = []
@@ -110,5 +112,6 @@ def attach(cards: list[dict], catalogue: list[Finding]) -> list[dict]:
         if len(held) == 1 and held[0]["finding"] is None:
             held[0]["finding"] = finding.as_dict()
         else:
-            unmatched.append({**finding.as_dict(), "cards": [card["number"] for card in held]})
-    return unmatched
+            unmatched.append((finding, held))
+    carding.name(cards)
+    return [{**finding.as_dict(), "cards": [carding.reference(card) for card in held]} for finding, held in unmatched]

@@ -20,7 +20,8 @@ import jinja2
 
 from harness.core import paths, records, versions
 from harness.core.outcomes import OUTCOMES, upstream_link
-from harness.report import analysis, baseline as against, cards, comparisons, findings, flips, page, results, staleness
+from harness.report import (analysis, baseline as against, cards, comparisons, findings, flips, page, results,
+                            staleness, strip)
 from harness.report.results import NOT_RUN
 
 TEMPLATES = pathlib.Path(__file__).with_name("templates")
@@ -87,6 +88,8 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
     data["stale_command"] = staleness.refresh_command([staleness.StaleRow(**row) for row in data["stale"]])
     data["failing_cases"] = cards.failing_cases(data["failing"])
     data["findings_unmatched"] = findings.attach(data["failing"], findings.load())
+    data["bug_strip"] = strip.bug_strip(data["failing"], {line: [s.torch for s in members] for line, members
+                                                          in analysis.version_lines(sessions).items()})
     data["reused"] = sum(s["reused"] for s in data["sessions"])
     data["verdict"] = against.verdict(data, expect, fail_on_regression)
     data["verdict"]["notes"] += [note for s in sessions for note in s.notes]  # lines the reader passed over

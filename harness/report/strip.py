@@ -1,0 +1,48 @@
+"""The bug strip: each card of "Failing on the newest torch" on one line, a column per torch version
+of its device line, marked where the card's cells fail this way, where they ran and did not, and
+blank where none of its cases ran. Read at a glance: since when each bug fails, where it stopped
+and came back, and which versions were never measured.
+
+Worked out here from the cards (harness.report.cards: `versions` where they fail, `measured` where
+their cases ran, `label` and `anchor`), so that report.json carries it and every rendering only
+draws it.
+"""
+
+from __future__ import annotations
+
+from harness.core import versions
+
+# What a cell of the strip says: its mark and what the mark means (a blank cell: not measured).
+MARKS = {"fails": {"symbol": "✕", "meaning": "fails this way"},
+         "ran": {"symbol": "○", "meaning": "ran, did not fail this way"}}
+NOT_MEASURED = "none of its cases ran on this torch"
+
+
+def columns(torches: list[str]) -> list[dict]:
+    """A line's torch versions as headed: major.minor ("2.15"), or the whole version where two of
+    the line share a minor."""
+    parsed = [versions.torch_version(torch) for torch in torches]
+    minors = [(v.major, v.minor) for v in parsed]
+    return [{"torch": torch, "short": f"{v.major}.{v.minor}" if minors.count((v.major, v.minor)) == 1 else str(v)}
+            for torch, v in zip(torches, parsed)]
+
+
+def mark(card: dict, torch: str) -> str | None:
+    if torch in card["versions"]:
+        return "fails"
+    return "ran" if torch in card["measured"] else None
+
+
+def bug_strip(cards: list[dict], lines: dict[str, list[str]]) -> dict:
+    """`lines`: each device line's torch versions in order (its plain sessions'). One strip per line
+    that has a card, its rows in the cards' order."""
+    strips = []
+    for line, torches in lines.items():
+        held = [card for card in cards if card["line"] == line]
+        if not held:
+            continue
+        strips.append({"line": line, "versions": columns(torches), "rows": [
+            {"label": card["label"], "anchor": card["anchor"], "status": card["status"],
+             "what": card["finding"]["title"] if card.get("finding") else card["signature"],
+             "marks": [mark(card, torch) for torch in torches]} for card in held]})
+    return {"marks": MARKS, "not_measured": NOT_MEASURED, "lines": strips}
