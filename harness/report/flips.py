@@ -208,9 +208,10 @@ def learn(directory: pathlib.Path, current: list[SessionResult], commits: int = 
     except subprocess.CalledProcessError as exc:
         said = (exc.stderr or b"").strip().splitlines() if isinstance(exc.stderr, bytes) else \
             (exc.stderr or "").strip().splitlines()
-        return Learned({}, unavailable=f"{directory}: git could not say ({said[-1] if said else exc})")
+        # no path in what is said: report.json is the same wherever its results were read from
+        return Learned({}, unavailable=f"git could not say ({said[-1] if said else exc})")
     except ValueError:
-        return Learned({}, unavailable=f"{directory} is outside its git checkout")
+        return Learned({}, unavailable="the results are outside their git checkout")
     runs: dict[tuple[str, str], Measurement] = {}  # one run committed in several versions is one measurement
     for measurement in [*past, *filter(None, map(Measurement.of, current))]:
         runs.setdefault((measurement.session, measurement.started), measurement)
