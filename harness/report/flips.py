@@ -135,9 +135,11 @@ def came_back(outcomes: list[str]) -> bool:
 
 def _versions(top: pathlib.Path, where: str, commits: int) -> tuple[dict[str, str], int]:
     """blob -> file name of every version of the results files directly in `where` that the last
-    `commits` commits touching it wrote; and how many commits that was."""
+    `commits` commits touching them wrote; and how many commits that was (a commit of the report's own
+    files beside them is none: it measured nothing, and counting it would change report.json on every
+    regeneration)."""
     log = git_output(top, "log", f"-n{commits}", "--format=commit %H", "--raw", "--no-abbrev", "--no-renames",
-                     "--", f"{where}/")
+                     "--", f":(glob){where}/*{paths.RESULTS_SUFFIX}")
     found, read = {}, 0
     for line in log.splitlines():
         if line.startswith("commit "):
@@ -220,9 +222,12 @@ def learn(directory: pathlib.Path, current: list[SessionResult], commits: int = 
         now = Measurement(session.name, "", tuple(session.environment.get("packages") or ()),
                           session.environment.get("python"), dict(session.environment.get("reuse_sources") or {}), {})
         mine = sorted((m for (name, _), m in runs.items() if name == session.name), key=lambda m: m.started)
+        alike: dict[str | None, list[Measurement]] = {}  # per family: the runs that ran its code as now
         for case, record in session.cases.items():
             family = record.get("family")
-            history = [m.cells[case][1] for m in mine if case in m.cells and m.ran_like(now, family)]
+            if family not in alike:
+                alike[family] = [m for m in mine if m.ran_like(now, family)]
+            history = [m.cells[case][1] for m in alike[family] if case in m.cells]
             if came_back(history):
                 flips[(session.name, case)] = Flip(session.name, case, tuple(changes(history)), len(history))
     names = {s.name for s in current}
