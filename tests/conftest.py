@@ -1,3 +1,4 @@
+import fcntl
 import os
 import pathlib
 import shutil
@@ -40,9 +41,15 @@ if torch is not None:
 pytest_plugins = ["pytester", "tests.standin_gpu.fixtures"]
 
 # The tests that run or build the checkout's session venvs (.nox: nox sessions, repro, reduce, bisect,
-# explore) share one pytest-xdist group, so that two of them never build one venv at once when the suite
-# runs on several workers (`--dist loadgroup`); the other tests spread over the workers.
-CHECKOUT_VENVS = pytest.mark.xdist_group("checkout-venvs")
+# explore) spread over the suite's workers. Two of them must never build one venv at once, nor share the
+# compile caches' worker links of one venv (harness.plugin.compilecaches: a second run would point the
+# first one's link at its own cases): the venvs they share are built once, under a lock, before the first
+# of them runs (checkout_venvs), and each test's sessions keep their compile caches under its own
+# tmp_path (nested_compile_caches, which nox's sessions and bisect heed: runsession.compile_caches_of).
+CHECKOUT_VENVS = pytest.mark.usefixtures("checkout_venvs", "nested_compile_caches")
+# The sessions whose venvs in the checkout's .nox more than one test runs; a venv one test alone uses is
+# built by that test.
+SHARED_SESSIONS = ("cpu_torch215", "cpu_torch25", "cpu_torch25_lightning_newest")
 
 
 def copy_project(target: pathlib.Path) -> pathlib.Path:
@@ -84,6 +91,24 @@ def _link_or_copy(source: str, target: str) -> None:
         os.link(source, target)
     except OSError:  # another file system
         shutil.copy2(source, target)
+
+
+@pytest.fixture(scope="session")
+def checkout_venvs(tmp_path_factory):
+    """The checkout's session venvs that tests share (SHARED_SESSIONS), built or checked by real nox
+    (`--install-only`) once per pytest process, one process at a time (an flock: the suite's xdist
+    workers wait for the first)."""
+    envdir = ROOT / ".nox"
+    envdir.mkdir(exist_ok=True)
+    results = tmp_path_factory.mktemp("checkout-venvs-results")
+    with open(envdir / ".suite-venvs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "--envdir", str(envdir),
+                               "--install-only", "-s", *SHARED_SESSIONS], cwd=ROOT, capture_output=True, text=True,
+                              timeout=3600, env={**{k: v for k, v in os.environ.items() if k != "HARNESS_SESSION"},
+                                   "HARNESS_RESULTS_DIR": str(results)})
+    assert done.returncode == 0, f"building the shared session venvs failed: {done.stderr[-3000:]}"
+    return envdir
 
 
 @pytest.fixture

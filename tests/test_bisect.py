@@ -1,5 +1,6 @@
 """Bisect: where a case's outcome changes across torch versions, running as few versions as it can."""
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -19,7 +20,8 @@ CASE = "checkpoint/plain_checkpoint[cpu-aot_eager-fullgraph]"
 
 def harness(*args, timeout=1800):
     return subprocess.run([sys.executable, "-m", "harness", "bisect", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=sessions.clean_env())
+                          text=True, timeout=timeout, env=sessions.clean_env(**{  # this test's own compile caches
+                              sessions.COMPILE_CACHES_ENV: os.environ[sessions.COMPILE_CACHES_ENV]}))
 
 
 def test_version_ranges_compare_as_many_parts_as_given():

@@ -2,13 +2,14 @@
 cases that could communicate only through inductor's on-disk cache, run with the session's own pytest
 command (real xdist worker, real fork, real inductor)."""
 
+import concurrent.futures
 import json
 import os
 import subprocess
 import sys
 
-from harness.core import records, sessions
-from tests.conftest import ROOT
+from harness.core import records, sessions, venvs
+from tests.conftest import CHECKOUT_VENVS, ROOT, project_with_families, run_nox
 from harness.plugin.compilecaches import CaseCaches
 from tests.test_isolation import SESSION, by_variant, case_records, run_session_command
 
@@ -127,3 +128,39 @@ def test_the_cache_directories_a_case_resolves_are_its_own(tmp_path, monkeypatch
     caches.enter_case("family/variant[b]")
     (caches.warm_up / "inductor" / "late.so").write_text("x")  # a case that wrote outside its caches
     assert "warm-up cache written" in caches.leave_case()[0]
+
+
+TWO_AT_ONCE = '''
+import torch
+
+
+def test_triple(case, backend):
+    case.check(lambda x: x * 3, torch.randn(4, requires_grad=True))
+'''
+
+
+@CHECKOUT_VENVS
+def test_two_runs_of_one_venv_at_once_each_keep_their_cases_caches_where_their_caller_said(tmp_path):
+    """Two `nox -s SESSION` at once in one venv (two terminals; the harness's own suite on two workers):
+    each names its own $HARNESS_COMPILE_CACHES, and each case compiles there, not into the venv's
+    caches, whose worker link the two runs would otherwise point at each other's cases."""
+    project = project_with_families(tmp_path / "project", {"caches_apart": TWO_AT_ONCE})
+    venv_caches = CaseCaches(sessions.compile_caches(venvs.venv_dir(SESSION.name, ROOT / ".nox")), "main")
+
+    def run(name):
+        results, caches = tmp_path / name / "results", tmp_path / name / "compile-caches"
+        done = run_nox(project, "-s", SESSION.name, "--", "-k", "inductor", results=results,
+                       env={sessions.COMPILE_CACHES_ENV: str(caches)})
+        return done, results, caches
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(run, ["first", "second"]))
+    for done, results, caches in runs:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        ran = [r for r in case_records(results / f"{SESSION.name}.jsonl") if r["outcome"] != "skip"]
+        assert ran and all(r["outcome"] == "pass" and r["params"]["backend"] == "inductor" for r in ran), ran
+        for record in ran:
+            own = CaseCaches(caches, "main").case_directory(record["case"])
+            assert (own / "case.txt").read_text().strip() == record["case"]
+            assert any((own / "inductor").rglob("*.py")), f"nothing compiled into {own}"
+            assert not venv_caches.case_directory(record["case"]).exists(), "compiled into the venv's caches"

@@ -1,15 +1,11 @@
 """The suite's own scheduling holds: `nox -s tests` runs pytest-xdist with `--dist loadgroup`, and the
-tests that share the checkout's session venvs (tests/conftest.py, CHECKOUT_VENVS) must run on one worker,
-one at a time: two sessions of one venv at once share its compile caches' worker link
-(harness.plugin.compilecaches) and race. With pytest 9.2 and pytest-xdist 3.8 the groups were silently
-spread over the workers (pyproject.toml pins pytest below 9.2 for the suite); this shows whether the
-installed pair keeps them."""
+tests of one xdist group run on one worker, one at a time (tests/test_isolation.py's eight fault kinds
+share one session run, made once per worker). With pytest 9.2 and pytest-xdist 3.8 the groups were
+silently spread over the workers (pyproject.toml pins pytest below 9.2 for the suite); this shows
+whether the installed pair keeps them."""
 
 import json
 
-import pytest
-
-from tests.conftest import CHECKOUT_VENVS
 
 GROUPED = '''
 import json, os, pathlib
@@ -34,8 +30,3 @@ def test_an_xdist_group_runs_on_one_worker(pytester, monkeypatch):
     result.assert_outcomes(passed=16)
     workers = {json.loads((pytester.path / f"{n}.json").read_text()) for n in range(8)}
     assert len(workers) == 1, f"one xdist_group ran on {sorted(workers)}: --dist loadgroup does not group"
-
-
-def test_the_checkout_venvs_mark_is_an_xdist_group():
-    assert CHECKOUT_VENVS.mark.name == "xdist_group" and CHECKOUT_VENVS.mark.args == ("checkout-venvs",)
-    assert pytest.mark.xdist_group("checkout-venvs").mark == CHECKOUT_VENVS.mark

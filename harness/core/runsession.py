@@ -29,6 +29,18 @@ from harness.core import envcheck, limits, matrix, paths, sessions
 Step = Callable[[list, dict], object]
 
 
+def compile_caches_of(venv: os.PathLike, session: str | None = None) -> str:
+    """Where a run's cases keep their compile caches (harness.plugin.compilecaches): the folder the caller
+    names in $HARNESS_COMPILE_CACHES (a folder of `session`'s in it, for a run that goes through several
+    sessions' venvs: a bisection), else the venv's own (sessions.compile_caches). Two runs in one venv at
+    once must not share one: each worker points a link in it at its case's caches, so a second run's
+    worker would point the first run's link elsewhere (docs/isolation.md, "one run at a time")."""
+    chosen = os.environ.get(sessions.COMPILE_CACHES_ENV)
+    if not chosen:
+        return str(sessions.compile_caches(venv))
+    return os.path.join(chosen, session) if session else chosen
+
+
 class StepFailed(Exception):
     """A step of the session exited non-zero (run_here's steps)."""
 
@@ -54,7 +66,7 @@ def run(spec: matrix.Session, posargs, python: str, cache_root: os.PathLike, ste
         install()
     step([python, "-m", "harness", "check-env", spec.name, *(["--no-gpu"] if collect else [])], {})
     workers = sessions.choose_workers(spec)
-    env = sessions.run_env(spec, cache_root, workers)
+    env = {**sessions.run_env(spec, cache_root, workers), sessions.COMPILE_CACHES_ENV: compile_caches_of(cache_root)}
     args = [a for a in posargs if a != sessions.FRESH]
     if args:
         step([python, *sessions.pytest_args(spec, args, workers)], env)

@@ -28,7 +28,7 @@ import dataclasses
 import sys
 import tempfile
 
-from harness.core import matrix, outputs, paths, records, sessions, venvs
+from harness.core import matrix, outputs, paths, records, runsession, sessions, venvs
 from harness.tools.repro import collector
 from harness.tools.targets import Target, environment, run_script, span, targets_of
 
@@ -46,7 +46,12 @@ def run_case(target: Target, nodeid: str, case_id: str) -> Result:
     with tempfile.TemporaryDirectory(prefix="harness-bisect-") as tmp:
         command = [str(target.python), *sessions.pytest_args(
             spec, [nodeid, "-q", "-p", "no:cacheprovider", "--results-dir", tmp, "--session-name", target.session])]
-        env = sessions.clean_env(**(sessions.case_cache_env(target.spec, venvs.venv_of(target.python)) if target.spec else {}))
+        caches = {}
+        if target.spec:
+            venv = venvs.venv_of(target.python)
+            caches = {**sessions.case_cache_env(target.spec, venv),
+                      sessions.COMPILE_CACHES_ENV: runsession.compile_caches_of(venv, target.session)}
+        env = sessions.clean_env(**caches)
         code, printed = outputs.run(command, timeout=spec.case_timeout + 600, cwd=paths.ROOT, env=env)
         if code is None:
             return Result(target, "timeout", "no result in time")
