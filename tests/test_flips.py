@@ -88,3 +88,23 @@ def test_outside_git_nothing_is_learned_and_the_data_says_why(tmp_path):
     assert "outside" in data["flips"]["unavailable"] or "git could not say" in data["flips"]["unavailable"]
     flipping = subprocess.run(["git", "--version"], capture_output=True).returncode == 0
     assert flipping and data["flips"]["cells"] == []
+
+
+def test_results_outside_git_learn_from_the_history_of_the_table_they_are_held_to(tmp_path):
+    """The nightly's results are downloaded artifacts, outside git: its report learns which cells flip
+    from the committed table it is held to (`--baseline`, a checkout with its history)."""
+    repo = tmp_path / "repo"
+    table = repo / "results"
+    git(tmp_path, "init", "-q", str(repo))
+    for number, ck in enumerate(["pass", "fail", "pass"]):
+        measure(table, number, {CK: "pass"}, {CK: ck})
+        commit(repo, f"measurement {number}")
+    measure(tmp_path / "artifacts", 7, {CK: "pass"}, {CK: "fail"})  # tonight's run
+    done = run_cli(tmp_path / "artifacts", "--baseline", table, "--out", tmp_path / "out")
+    assert done.returncode in (0, 1), done.stderr
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert data["flips"]["unavailable"] is None
+    learned = {(c["session"], c["case"]): c["outcomes"] for c in data["flips"]["cells"]}
+    assert learned == {("cpu_torch25", CK): ["pass", "fail", "pass", "fail"]}
+    assert {(r["case"], r["status"]) for r in data["baseline"]["rows"] if r["status"] != "still failing"} == {
+        (CK, "flips")}

@@ -234,12 +234,18 @@ def learn(directory: pathlib.Path, current: list[SessionResult], commits: int = 
     return Learned(flips, sum(1 for name, _ in runs if name in names), read)
 
 
-def learn_all(directories, current: list[SessionResult]) -> Learned:
-    """learn() for each results directory of a report, with the sessions read from it."""
+def learn_all(directories, current: list[SessionResult], history=()) -> Learned:
+    """learn() for each results directory of a report, with the sessions read from it. A directory
+    outside git (the nightly's downloaded artifacts) learns from the first of `history` (the committed
+    table the report is held to, in a checkout with its history) that git can read."""
     found = Learned({})
     for directory in map(pathlib.Path, directories):
         mine = [s for s in current if s.path.parent.resolve() == directory.resolve()]
         learned = learn(directory, mine)
+        for table in history:
+            if not learned.unavailable:
+                break
+            learned = learn(pathlib.Path(table), mine)
         found.flips.update(learned.flips)
         found.measurements += learned.measurements
         found.commits += learned.commits
