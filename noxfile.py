@@ -164,8 +164,7 @@ def explore(session: nox.Session) -> None:
     if not examples.isdigit() or int(examples) < 1:
         session.error(f"--examples wants a positive number of examples, not {examples!r}")
     venv = venvs.venv_of(venvs.ensure_venv(spec.name))
-    env = {**sessions.run_env(spec, venv), sessions.COMPILE_CACHES_ENV: runsession.compile_caches_of(venv),
-           properties.EXPLORE_ENV: examples}
+    env = {**runsession.session_env(spec, venv), properties.EXPLORE_ENV: examples}
     select = [] if "-k" in args else ["-k", "property"]
     explored = paths.results_subdir(paths.EXPLORE)  # apart from the table's records
     session.run(str(venvs.python_in(venv)), *sessions.pytest_args(spec, [*select, "--results-dir",

@@ -25,6 +25,16 @@ def commit(repo, message):
     git(repo, "commit", "-q", "-m", message)
 
 
+def committed_flip(tmp_path):
+    """A table in git whose CK on 2.5 was measured pass, fail, pass with nothing changed: its results folder."""
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", str(repo))
+    for number, ck in enumerate(["pass", "fail", "pass"]):
+        measure(repo / "results", number, {CK: "pass"}, {CK: ck})
+        commit(repo, f"measurement {number}")
+    return repo / "results"
+
+
 def test_changes_and_came_back():
     assert flips.changes(["pass", "fail", "fail", "pass"]) == ["pass", "fail", "pass"]
     assert flips.came_back(["pass", "fail", "pass"]) and flips.came_back(["fail", "flaky"])
@@ -66,12 +76,7 @@ def test_a_planted_flip_and_a_true_regression_are_told_apart(tmp_path):
 
 
 def test_a_code_change_ends_what_the_history_says(tmp_path):
-    repo = tmp_path / "repo"
-    table = repo / "results"
-    git(tmp_path, "init", "-q", str(repo))
-    for number, ck in enumerate(["pass", "fail", "pass"]):
-        measure(table, number, {CK: "pass"}, {CK: ck})
-        commit(repo, f"measurement {number}")
+    table = committed_flip(tmp_path)
     changed = {**CODE, sources.family_files()["checkpoint"].relative_to(sources.paths.ROOT).as_posix(): "digest-2"}
     write_session(table, "cpu_torch25", "2.5.1", {CK: "fail"}, started="2026-11-20T03:00:00+00:00",
                   packages=["torch==2.5.1"], reuse_sources=changed)
@@ -93,12 +98,7 @@ def test_outside_git_nothing_is_learned_and_the_data_says_why(tmp_path):
 def test_results_outside_git_learn_from_the_history_of_the_table_they_are_held_to(tmp_path):
     """The nightly's results are downloaded artifacts, outside git: its report learns which cells flip
     from the committed table it is held to (`--baseline`, a checkout with its history)."""
-    repo = tmp_path / "repo"
-    table = repo / "results"
-    git(tmp_path, "init", "-q", str(repo))
-    for number, ck in enumerate(["pass", "fail", "pass"]):
-        measure(table, number, {CK: "pass"}, {CK: ck})
-        commit(repo, f"measurement {number}")
+    table = committed_flip(tmp_path)
     measure(tmp_path / "artifacts", 7, {CK: "pass"}, {CK: "fail"})  # tonight's run
     done = run_cli(tmp_path / "artifacts", "--baseline", table, "--out", tmp_path / "out")
     assert done.returncode in (0, 1), done.stderr

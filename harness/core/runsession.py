@@ -41,6 +41,11 @@ def compile_caches_of(venv: os.PathLike, session: str | None = None) -> str:
     return os.path.join(chosen, session) if session else chosen
 
 
+def session_env(spec: matrix.Session, venv: os.PathLike, workers: sessions.Workers | None = None) -> dict:
+    """The environment of a session's pytest run (sessions.run_env), its compile caches where compile_caches_of says."""
+    return {**sessions.run_env(spec, venv, workers), sessions.COMPILE_CACHES_ENV: compile_caches_of(venv)}
+
+
 class StepFailed(Exception):
     """A step of the session exited non-zero (run_here's steps)."""
 
@@ -66,7 +71,7 @@ def run(spec: matrix.Session, posargs, python: str, cache_root: os.PathLike, ste
         install()
     step([python, "-m", "harness", "check-env", spec.name, *(["--no-gpu"] if collect else [])], {})
     workers = sessions.choose_workers(spec)
-    env = {**sessions.run_env(spec, cache_root, workers), sessions.COMPILE_CACHES_ENV: compile_caches_of(cache_root)}
+    env = session_env(spec, cache_root, workers)
     args = [a for a in posargs if a != sessions.FRESH]
     if args:
         step([python, *sessions.pytest_args(spec, args, workers)], env)
