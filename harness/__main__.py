@@ -51,13 +51,19 @@ def stale(args) -> int:
 
 def findings(args) -> int:
     """Each finding's issue text with its root cause, proposed fix and upstream search from the
-    catalogue: 0 when all were up to date (or are now); with --check, 1 when one differs, writing none."""
-    from harness.report import finding_issue, findings as catalogue
+    catalogue: 0 when all were up to date (or are now); with --check, 1 when one differs, writing none,
+    or when a finding's script, swept, and its cells on the committed table disagree unexplained."""
+    from harness.report import finding_issue, findings as catalogue, render
 
     differed = finding_issue.write_issues(catalogue.load(), check=args.check)
     for path in differed:
         print(f"{'differs' if args.check else 'wrote'}: {path.relative_to(paths.ROOT)}")
-    return 1 if args.check and differed else 0
+    if not args.check:
+        return 0
+    unexplained = render.build([paths.results_dir()])["findings_unexplained"]
+    for line in unexplained:
+        print(f"disagrees: {line}")
+    return 1 if differed or unexplained else 0
 
 
 def regressions(args) -> int:

@@ -102,10 +102,7 @@ def test_each_issue_text_carries_its_root_cause_fix_and_upstream_search_from_the
     # The committed issue texts are what the catalogue and fixes/ say now.
     done = findings_command(paths.ROOT, "--check")
     assert done.returncode == 0, done.stdout + done.stderr
-    from tests.conftest import copy_project
-
-    project = copy_project(tmp_path / "project")
-    shutil.copytree(paths.ROOT / "results" / "reductions", project / "results" / "reductions")
+    project = project_with_table(tmp_path / "project")
     catalogue = project / "results" / "reductions" / "findings.toml"
     catalogue.write_text(catalogue.read_text().replace(
         "InvokeSubgraph.create: the device of the region's output layout", "InvokeSubgraph.create: THE DEVICE"))
@@ -187,3 +184,49 @@ def test_a_regression_file_that_cannot_be_collected_is_no_failed_test(tmp_path):
                      "    @unittest.skip('not here')\n    def test_skipped(self):\n        pass\n")
     assert regressions.run_file(pathlib.Path(sys.executable), plain, tmp_path / "work2") == {
         "test_passes": "passed", "test_fails": "failed", "test_skipped": "skipped"}
+
+
+def project_with_table(target: pathlib.Path) -> pathlib.Path:
+    """A copy of the project with the committed table and its reductions, outside git."""
+    from tests.conftest import copy_project
+
+    project = copy_project(target)
+    shutil.copytree(paths.ROOT / "results", project / "results", ignore=shutil.ignore_patterns("report*"))
+    shutil.copy2(paths.ROOT / "README.md", project / "README.md")
+    return project
+
+
+def test_a_findings_script_and_its_cells_that_disagree_unexplained_fail_the_check(tmp_path):
+    # The committed table: every disagreement between a script, swept, and its card's cells is said.
+    project = project_with_table(tmp_path / "project")
+    catalogue = project / "results" / "reductions" / "findings.toml"
+    text = catalogue.read_text()
+    assert findings_command(project, "--check").returncode == 0
+    # finding 1's script fails on 2.11.0, where its cells pass: without the reason, the check fails
+    catalogue.write_text(re.sub(r"^span_note = .*\n", "", text, count=1, flags=re.M))
+    done = findings_command(project, "--check")
+    assert done.returncode == 1 and done.stdout == (
+        "disagrees: finding 1: the script fails on 2.11.0, where the cells ran and did not fail this way "
+        "(findings.toml gives no span_note)\n"), done.stdout + done.stderr
+    # an issue text that says the script fails another way where the cells fail this way (finding 8's
+    # sweep before it followed the bug through torch's wrapping of the error), and passes where they fail
+    catalogue.write_text(text)
+    issue = project / "results" / "reductions" / "found_avg_pool2d_backward_1_element_padding.md"
+    issue.write_text(issue.read_text().replace(
+        "Fails on torch 2.1.2, 2.8.0, 2.12.1, 2.15.0. The first version it fails on: 2.1.2.",
+        "Fails on torch 2.8.0, 2.15.0; passes on 2.12.1. The first version it fails on: 2.8.0. "
+        "Fails otherwise on 2.1.2 (torch._inductor.exc.LoweringException: AssertionError:)."))
+    done = findings_command(project, "--check")
+    assert done.returncode == 1 and done.stdout == (
+        "disagrees: finding 8: the script passes on 2.12.1, where the cells fail; the script fails another way "
+        "on 2.1.2, where the cells fail this way (findings.toml gives no span_note)\n"), done.stdout + done.stderr
+
+
+def test_the_sweep_line_reads_back_as_it_was_written():
+    from harness.core import swept
+
+    for said in (swept.Swept(("2.8.0", "2.15.0"), ("2.1.2", "2.12.1"), (("2.2.2", "AttributeError: x (y); z"),)),
+                 swept.Swept(("2.1.2",))):
+        assert swept.read(f"text\n\n{said.line()}\n\nmore") == said
+    for path in sorted((paths.ROOT / "results" / "reductions").glob("found_*.md")):  # every committed one
+        assert swept.read(path.read_text()) is not None, path.name

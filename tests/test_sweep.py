@@ -120,3 +120,25 @@ def test_an_interpreter_that_is_not_there_is_one_line_before_anything_runs(tmp_p
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr == f"error: --env 2.2.2={missing}: no such interpreter\n", done.stderr
     assert done.stdout == "" and not (tmp_path / "table.md").exists()
+
+
+def traceback_of(*lines):
+    return "\n".join(["Traceback (most recent call last):", '  File "found.py", line 11, in <module>', *lines]) + "\n"
+
+
+def test_one_bug_is_followed_through_torchs_wrapping_of_its_error_not_through_its_wording():
+    # The last lines finding 8's script printed on torch 2.1.2 and 2.15.0 (inductor wraps its lowering
+    # errors in InductorError from 2.7), and an older torch without an API the script calls.
+    from harness.tools.scriptrun import classify
+    from harness.tools.sweep import fails_the_same_way
+
+    newest = classify(1, traceback_of("torch._inductor.exc.InductorError: LoweringException: AssertionError: "
+                                      "expected: len(padding) == 2", "  target: aten.avg_pool2d_backward.default"), 1.0)
+    oldest = classify(1, traceback_of("torch._inductor.exc.LoweringException: AssertionError: ",
+                                      "  target: aten.avg_pool2d_backward.default"), 1.0)
+    no_api = classify(1, traceback_of("AttributeError: module 'torch.compiler' has no attribute 'nested_compile_region'"),
+                      1.0)
+    assert newest.chain == ("InductorError", "LoweringException", "AssertionError")
+    assert oldest.chain == ("LoweringException", "AssertionError") and no_api.chain == ("AttributeError",)
+    assert fails_the_same_way(oldest, newest) and fails_the_same_way(newest, newest)
+    assert not fails_the_same_way(no_api, newest)

@@ -14,7 +14,9 @@ import pathlib
 import re
 import urllib.parse
 
-from harness.core import paths
+from harness.core import paths, versions
+from harness.core.swept import Swept
+from harness.core.swept import read as read_swept
 from harness.report import cards as carding
 from harness.report.results import ReportError
 
@@ -43,6 +45,9 @@ class Finding:
     # What each test of its regression test file is held to on each row (harness.report.regressions):
     # by test name, "cause" or a case-id prefix; a test not named runs the table's own program.
     tests: tuple[tuple[str, str], ...] = ()
+    # Why its script, swept, and its cells say different things of a version, where they do (the
+    # cells run the user's program, the script the cause alone): `findings --check` fails without it.
+    span_note: str | None = None
 
     @property
     def stem(self) -> str:
@@ -66,7 +71,8 @@ class Finding:
         issue, stem, has_fix = self.issue_path.name, self.stem, self.fix_path is not None
         return {"number": self.number, "title": self.title,
                 "script": f"results/reductions/{self.script}", "issue": f"results/reductions/{issue}",
-                "swept": swept(REDUCTIONS / issue), "search": self.search,
+                "swept": self.swept.line() if self.swept else None, "span_note": self.span_note,
+                "search": self.search,
                 "search_link": f"{TRACKER}?{urllib.parse.urlencode({'q': 'is:issue ' + self.search})}",
                 "cause": self.cause,
                 # a proposed fix and the test that guards it (fixes/check.py checks both against a torch)
@@ -74,15 +80,37 @@ class Finding:
                 "regression_test": f"results/reductions/fixes/test_{stem}.py" if has_fix else None}
 
 
-def swept(issue: pathlib.Path) -> str | None:
-    """Where the script itself fails, as its issue text says (`harness sweep --issue` wrote it, from
-    running the script in each version's venv): a card's cells may draw other programs per version
-    (a property cell), so a card's own versions and its script's can differ, and both are shown."""
-    try:
-        lines = issue.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    return next((line for line in lines if line.startswith("Fails on torch")), None)
+    @property
+    def swept(self) -> Swept | None:
+        """Where the script itself fails, as its issue text says (`harness sweep --issue` wrote it, from
+        running the script in each version's venv)."""
+        try:
+            return read_swept(self.issue_path.read_text(encoding="utf-8"))
+        except OSError:
+            return None
+
+
+def script_against_cells(card: dict, swept: Swept | None) -> list[str]:
+    """Each version where the finding's script, swept, and the card's cells disagree: the script fails
+    there and the cells ran and did not fail this way, it passes where they fail, or it fails another
+    way where they fail this way. A property cell draws other programs on each row, and a case runs
+    the user's program, not the cause alone, so they can; the card must then say why (span_note)."""
+    if swept is None:
+        return []
+    failing = {str(versions.torch_version(v)) for v in card["versions"]}
+    ran = {str(versions.torch_version(v)) for v in card["measured"]}
+    return ([f"the script fails on {v}, where the cells ran and did not fail this way"
+             for v in swept.failing if v in ran and v not in failing]
+            + [f"the script passes on {v}, where the cells fail" for v in swept.passing if v in failing]
+            + [f"the script fails another way on {v}, where the cells fail this way"
+               for v in swept.otherwise_versions if v in failing])
+
+
+def unexplained(cards: list[dict]) -> list[str]:
+    """One line per finding whose script and cells disagree with no span_note to say why."""
+    return [f"finding {card['finding']['number']}: {'; '.join(card['finding']['script_differs'])} "
+            "(findings.toml gives no span_note)" for card in cards
+            if card.get("finding") and card["finding"]["script_differs"] and not card["finding"]["span_note"]]
 
 
 def load(path: pathlib.Path = CATALOGUE) -> list[Finding]:
@@ -94,7 +122,8 @@ def load(path: pathlib.Path = CATALOGUE) -> list[Finding]:
         return [Finding(int(f["number"]), str(f["title"]), tuple(f["cases"]), re.compile(f["signature"]),
                         str(f["script"]), str(f["search"]), str(f["cause"]) if "cause" in f else None,
                         tuple(map(str, f.get("searched", ()))), tuple(map(str, f.get("related", ()))),
-                        tuple((str(name), str(kind)) for name, kind in f.get("tests", {}).items()))
+                        tuple((str(name), str(kind)) for name, kind in f.get("tests", {}).items()),
+                        str(f["span_note"]) if "span_note" in f else None)
                 for f in table.get("finding", [])]
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, AttributeError, re.error) as exc:
         raise ReportError(f"{path}: not a findings catalogue: {exc}") from None
@@ -110,7 +139,7 @@ def attach(cards: list[dict], catalogue: list[Finding]) -> list[dict]:
     for finding in catalogue:
         held = [card for card in cards if finding.holds(card)]
         if len(held) == 1 and held[0]["finding"] is None:
-            held[0]["finding"] = finding.as_dict()
+            held[0]["finding"] = {**finding.as_dict(), "script_differs": script_against_cells(held[0], finding.swept)}
         else:
             unmatched.append((finding, held))
     carding.name(cards)

@@ -89,6 +89,7 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
     data["stale_command"] = staleness.refresh_command([staleness.StaleRow(**row) for row in data["stale"]])
     data["failing_cases"] = cards.failing_cases(data["failing"])
     data["findings_unmatched"] = findings.attach(data["failing"], findings.load())
+    data["findings_unexplained"] = findings.unexplained(data["failing"])
     data["bug_strip"] = strip.bug_strip(data["failing"], {line: [s.torch for s in members] for line, members
                                                           in analysis.version_lines(sessions).items()})
     data["reused"] = sum(s["reused"] for s in data["sessions"])

@@ -31,6 +31,9 @@ from harness.core.venvs import SessionError
 
 DEFAULT_TIMEOUT = float(limits.DEFAULT_TIME_LIMIT)
 TRACEBACK = "Traceback (most recent call last):"
+# An exception named at the head of another's message ('LoweringException: AssertionError: ...'), as torch
+# wraps a backend's error in its own (InductorError, BackendCompilerFailed)
+NESTED_EXCEPTION = re.compile(r"(?P<name>[A-Z]\w*(?:Error|Exception|Failed|Unsupported)):\s*")
 EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
 
 # torch.compile(fn, **options) returns fn, torch.compile(**options) a decorator returning fn; the rest
@@ -78,6 +81,20 @@ class ScriptRun:
     exception: str  # the last exception's type as printed ('AssertionError', 'torch._dynamo.exc.Unsupported')
     output: str  # stdout and stderr together
     seconds: float
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        """The exceptions the last exception line names, outermost first, each by its class name:
+        'torch._inductor.exc.InductorError: LoweringException: AssertionError: ...' gives
+        ('InductorError', 'LoweringException', 'AssertionError')."""
+        if not self.exception:
+            return ()
+        names = [self.exception.rsplit(".", 1)[-1]]
+        rest = self.message[len(self.exception):].lstrip(": ") if self.message.startswith(self.exception) else ""
+        while (nested := NESTED_EXCEPTION.match(rest)):
+            names.append(nested["name"])
+            rest = rest[nested.end():]
+        return tuple(names)
 
     @property
     def exit(self) -> str:

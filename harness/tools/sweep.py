@@ -37,6 +37,17 @@ def table(script: pathlib.Path, rows: list[tuple[Target, scriptrun.ScriptRun | N
     return "\n".join(lines + ([""] + changes if changes else [])) + "\n"
 
 
+def fails_the_same_way(run: scriptrun.ScriptRun, newest: scriptrun.ScriptRun) -> bool:
+    """One bug along the versions, however torch wraps it: the exceptions one run's error names are the
+    innermost of the other's. torch 2.1's `LoweringException: AssertionError:` is 2.15's
+    `InductorError: LoweringException: AssertionError: ...` (inductor's InductorError came later). An
+    older torch that lacks an API the script calls (`AttributeError: module 'torch' has no attribute`)
+    fails another way, unless the newest's error is an AttributeError too: the rule reads exception
+    names, not messages, whose wording changes between versions."""
+    shorter, longer = sorted((run.chain, newest.chain), key=len)
+    return bool(shorter) and longer[len(longer) - len(shorter):] == shorter
+
+
 def write_issue(script: pathlib.Path, rows: list, out: pathlib.Path) -> None:
     """The sweep as an issue in PyTorch's bug template: the versions it fails and passes on, its output
     and collect_env on the newest failing one, and what it gives there without torch.compile (the
@@ -51,9 +62,9 @@ def write_issue(script: pathlib.Path, rows: list, out: pathlib.Path) -> None:
         return
     newest, result = failed[-1]
     # The versions that fail the newest one's way (an older torch may lack an API the script calls)
-    failing = [(t, r) for t, r in failed if r.exception == result.exception]
+    failing = [(t, r) for t, r in failed if fails_the_same_way(r, result)]
     passing = [t.version for t, r in ran if r.outcome == "pass"]
-    otherwise = [f"{t.version} ({r.message[:80]})" for t, r in failed if r.exception != result.exception]
+    otherwise = [(t.version, r.message[:80]) for t, r in failed if not fails_the_same_way(r, result)]
     eager = scriptrun.run(newest.python, script, without_compile=True, cache_dir=venvs.venv_of(newest.python))
     expected = (f"what torch {', '.join(passing)} gives: the script runs without error" if passing else
                 "what the same script gives with torch.compile replaced by the identity (plain eager) on torch "

@@ -11,6 +11,7 @@ import re
 from harness.core import paths, records, versions
 from harness.core.markdown import fence
 from harness.core.outcomes import RAISED, upstream_link
+from harness.core.swept import Swept
 from harness.tools.scriptrun import printed_outcome
 
 
@@ -115,20 +116,16 @@ def script_title(script_text: str, fallback: str) -> str:
 
 def pytorch_bug_issue(title: str, script_name: str, script_text: str, failing: list[tuple[str, str]],
                       passing: list[str], expected: str, output: str, environment: str,
-                      otherwise: list[str] = ()) -> str:
+                      otherwise: list[tuple[str, str]] = ()) -> str:
     """The text to paste into PyTorch's bug template (🐛 Describe the bug, Versions): what fails, on
     which versions (from a sweep: `failing` as (version, error line), `passing` versions, `otherwise`
-    the versions that fail another way), the script, its output on the newest failing version, what
+    (version, error line) where it fails another way), the script, its output on the newest failing version, what
     was expected, and `collect_env` of that version."""
     error = failing[-1][1] if failing else ""
     lines = [f"**Title:** {title}", "", "### 🐛 Describe the bug", "",
              f"{title}." if not title.endswith(".") else title, ""]
     if failing:
-        first = failing[0][0]
-        lines.append(f"Fails on torch {', '.join(v for v, _ in failing)}" + (f"; passes on {', '.join(passing)}" if passing
-                                                                            else "") + f". The first version it fails on: {first}."
-                     + (f" Fails otherwise on {'; '.join(otherwise)}." if otherwise else ""))
-        lines.append("")
+        lines += [Swept(tuple(v for v, _ in failing), tuple(passing), tuple(otherwise)).line(), ""]
     lines += [f"Reproduction (`python {script_name}`, needs only torch):", "", fence(script_text, "python"), "",
               f"Output (torch {failing[-1][0] if failing else '?'}):", "", fence(_shorten(output, head=3, tail=25)), "",
               f"Expected: {expected}", ""]
