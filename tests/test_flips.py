@@ -108,3 +108,19 @@ def test_results_outside_git_learn_from_the_history_of_the_table_they_are_held_t
     assert learned == {("cpu_torch25", CK): ["pass", "fail", "pass", "fail"]}
     assert {(r["case"], r["status"]) for r in data["baseline"]["rows"] if r["status"] != "still failing"} == {
         (CK, "flips")}
+
+
+def test_the_bug_strip_marks_a_version_whose_failing_cells_all_flip(tmp_path):
+    # CK on 2.5 was measured pass, fail, pass and fails again tonight: its card's 2.5 is a flip, not a
+    # bug that fails there; NEST fails on 2.5 for the first time: its card's 2.5 fails.
+    from harness.report import render
+
+    table = committed_flip(tmp_path)
+    measure(table, 3, {CK: "pass", NEST: "pass"}, {CK: {"outcome": "fail", "message": "Tensor-likes are not close!"},
+                                                   NEST: {"outcome": "fail", "exc_type": "KeyError", "message": "'x'"}})
+    data = render.build([table])
+    marks = {row["label"]: row["marks"] for row in data["bug_strip"]["lines"][0]["rows"]}
+    by_case = {card["cases"][0]["case"]: card["label"] for card in data["failing"]}
+    assert marks[by_case[CK]] == ["ran", "flips"] and marks[by_case[NEST]] == ["ran", "fails"], marks
+    html = render.render_html(data)
+    assert data["bug_strip"]["marks"]["flips"]["symbol"] in html[html.index('id="bug-strip"'):]

@@ -90,8 +90,8 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
     data["failing_cases"] = cards.failing_cases(data["failing"])
     data["findings_unmatched"] = findings.attach(data["failing"], findings.load())
     data["findings_unexplained"] = findings.unexplained(data["failing"])
-    data["bug_strip"] = strip.bug_strip(data["failing"], {line: [s.torch for s in members] for line, members
-                                                          in analysis.version_lines(sessions).items()})
+    data["bug_strip"] = strip.bug_strip(data["failing"], {line: [(s.torch, s.name) for s in members] for line, members
+                                                          in analysis.version_lines(sessions).items()}, learned)
     data["reused"] = sum(s["reused"] for s in data["sessions"])
     data["verdict"] = against.verdict(data, expect, fail_on_regression)
     data["verdict"]["notes"] += [note for s in sessions for note in s.notes]  # lines the reader passed over

@@ -11,9 +11,12 @@ draws it.
 from __future__ import annotations
 
 from harness.core import versions
+from harness.report.flips import Learned
 
 # What a cell of the strip says: its mark and what the mark means (a blank cell: not measured).
 MARKS = {"fails": {"symbol": "✕", "meaning": "fails this way"},
+         "flips": {"symbol": "◐", "meaning": "failed this way, but each such cell is known to flip (its outcome came "
+                                             "back with the same code and installs: the table's history)"},
          "ran": {"symbol": "○", "meaning": "ran, did not fail this way"}}
 NOT_MEASURED = "none of its cases ran on this torch"
 
@@ -27,22 +30,25 @@ def columns(torches: list[str]) -> list[dict]:
             for torch, v in zip(torches, parsed)]
 
 
-def mark(card: dict, torch: str) -> str | None:
+def mark(card: dict, torch: str, session: str, learned: Learned) -> str | None:
     if torch in card["versions"]:
-        return "fails"
+        failing = [c["case"] for c in card["cases"] if torch in c["versions"]]
+        return "flips" if all(learned.of(session, case) for case in failing) else "fails"
     return "ran" if torch in card["measured"] else None
 
 
-def bug_strip(cards: list[dict], lines: dict[str, list[str]]) -> dict:
-    """`lines`: each device line's torch versions in order (its plain sessions'). One strip per line
-    that has a card, its rows in the cards' order."""
+def bug_strip(cards: list[dict], lines: dict[str, list[tuple[str, str]]], learned: Learned) -> dict:
+    """`lines`: each device line's (torch version, session) in order (its plain sessions'); `learned`:
+    the cells known to flip (harness.report.flips). One strip per line that has a card, its rows in
+    the cards' order."""
     strips = []
-    for line, torches in lines.items():
+    for line, members in lines.items():
         held = [card for card in cards if card["line"] == line]
         if not held:
             continue
+        torches = [torch for torch, _ in members]
         strips.append({"line": line, "versions": columns(torches), "rows": [
             {"label": card["label"], "anchor": card["anchor"], "status": card["status"],
              "what": card["finding"]["title"] if card.get("finding") else card["signature"],
-             "marks": [mark(card, torch) for torch in torches]} for card in held]})
+             "marks": [mark(card, torch, session, learned) for torch, session in members]} for card in held]})
     return {"marks": MARKS, "not_measured": NOT_MEASURED, "lines": strips}
