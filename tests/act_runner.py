@@ -34,6 +34,9 @@ STANDINS = {
     "actions/upload-artifact": "act's artifact server, v4 protocol (the release's dist/ is not in reach here)",
     "actions/download-artifact": "act's artifact server, v4 protocol (the release's dist/ is not in reach here)",
     "EnricoMi/publish-unit-test-result-action": "counts the JUnit files; no check run (no API to write to here)",
+    "actions/upload-pages-artifact": "the real action's tar of the site, uploaded to act's artifact server (the "
+                                     "real one calls upload-artifact by a pin of its own)",
+    "actions/deploy-pages": "says what it would deploy (no Pages service here); the tests read the site's artifact",
 }
 # Where the real source of pinned actions was prepared (tests/act/real_actions.py): DIR/OWNER/REPO@SHA.
 # An action found there runs from it; the others from their stand-ins.

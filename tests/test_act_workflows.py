@@ -75,6 +75,16 @@ def test_the_scheduled_nightly_reaches_its_report(tmp_path, toolcache):
     assert report["previous"]["sessions"] == [NEWEST] and report["previous_unavailable"] is None
     # the report alone decides the colour: red exactly when it exits 1
     assert (jobs["Report"] == "succeeded") == (report["verdict"]["status"] == 0), report["verdict"]
+    # what the publish job deploys to GitHub Pages: the report at the root's link, every link of it held
+    import tarfile
+
+    from tests.test_workflows import broken_links
+
+    site = tmp_path / "site"
+    with tarfile.open(run.artifact("github-pages", tmp_path / "pages") / "artifact.tar") as archive:
+        archive.extractall(site, filter="data")
+    assert json.loads((site / "report" / "report.json").read_text())["sessions"] == report["sessions"]
+    assert broken_links(site, site / "index.html") == [] and broken_links(site, site / "report" / "report.html") == []
 
 
 def test_the_act_run_fails_when_the_default_branch_is_read_from_the_payload(tmp_path, toolcache):

@@ -110,6 +110,24 @@ def test_results_outside_git_learn_from_the_history_of_the_table_they_are_held_t
         (CK, "flips")}
 
 
+def test_the_night_before_is_a_measurement_flips_are_learned_from(tmp_path):
+    """The committed table measured CK pass; the night before (its artifacts, outside git) fail;
+    tonight pass: the cell came back, which only the night before shows."""
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", str(repo))
+    measure(repo / "results", 0, {CK: "pass"}, {CK: "pass"})
+    commit(repo, "the table")
+    measure(tmp_path / "night_before", 1, {CK: "pass"}, {CK: "fail"})
+    measure(tmp_path / "tonight", 2, {CK: "pass"}, {CK: "pass"})
+    for previous, learned in ((False, {}), (True, {("cpu_torch25", CK): ["pass", "fail", "pass"]})):
+        out = tmp_path / f"out-{previous}"
+        args = ["--previous", tmp_path / "night_before"] if previous else ["--previous-unavailable", "not asked"]
+        done = run_cli(tmp_path / "tonight", "--baseline", repo / "results", *args, "--out", out)
+        assert done.returncode in (0, 1), done.stderr
+        data = json.loads((out / "report.json").read_text())
+        assert {(c["session"], c["case"]): c["outcomes"] for c in data["flips"]["cells"]} == learned
+
+
 def test_the_bug_strip_marks_a_version_whose_failing_cells_all_flip(tmp_path):
     # CK on 2.5 was measured pass, fail, pass and fails again tonight: its card's 2.5 is a flip, not a
     # bug that fails there; NEST fails on 2.5 for the first time: its card's 2.5 fails.

@@ -444,9 +444,11 @@ def jobs():
             for name, job in load(path.name)["jobs"].items()]
 
 
-# The only scopes a job may write, and why: the nightly's report publishes a check run and keeps
-# the tracking issue.
-WRITES = {("nightly.yml", "aggregate"): {"issues"}, ("nightly.yml", "junit"): {"checks"}}
+# The only scopes a job may write, and why: the nightly's report keeps the tracking issue, its JUnit
+# job publishes a check run, its publish job deploys the report to GitHub Pages (id-token: the
+# deployment's proof of the run's identity).
+WRITES = {("nightly.yml", "aggregate"): {"issues"}, ("nightly.yml", "junit"): {"checks"},
+          ("nightly.yml", "publish"): {"pages", "id-token"}}
 
 
 @pytest.mark.parametrize(("workflow", "name", "job"), jobs(), ids=[f"{w}:{n}" for w, n, _ in jobs()])
@@ -650,3 +652,47 @@ def test_a_pull_request_that_adds_a_row_is_held_to_its_own_table(tmp_path):
     done = subprocess.run([sys.executable, str(SCRIPTS / "pr_table.py"), "families", "HEAD", "cpu_torch999"],
                           capture_output=True, text=True)
     assert done.returncode == 0 and len(done.stdout.split()) == len(list((ROOT / "cases").glob("test_*.py"))), done
+
+
+# --- the GitHub Pages site ---
+
+def broken_links(site: pathlib.Path, page: pathlib.Path) -> list[str]:
+    """The relative links of `page` (href and src) that lead to no file of `site`, or out of it."""
+    from urllib.parse import unquote, urlsplit
+
+    broken = []
+    for link in set(re.findall(r'(?:href|src)="([^"#]+)', page.read_text(encoding="utf-8"))):
+        parts = urlsplit(link)
+        if parts.scheme or link.startswith("//"):
+            continue  # upstream, the tracker: not the site's to hold
+        target = (page.parent / unquote(parts.path)).resolve()
+        if not target.is_relative_to(site.resolve()) or not target.exists():
+            broken.append(link)
+    return sorted(broken)
+
+
+def pages_site(*args):
+    return subprocess.run(["bash", str(ROOT / ".github" / "scripts" / "pages_site.sh"), *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_pages_site_holds_every_file_the_report_links(tmp_path):
+    # The committed report (results/report.html) as the nightly's report folder: every link of it,
+    # the findings' scripts, issue texts and fixes, resolves in the site; its root opens the report.
+    site = tmp_path / "site"
+    done = pages_site(ROOT / "results", site)
+    assert done.returncode == 0, done.stderr
+    report = site / "results" / "report.html"
+    links = re.findall(r'href="([^"#:]+)"', report.read_text(encoding="utf-8"))
+    assert any("reductions/found_" in link for link in links) and any("fixes/" in link for link in links)
+    assert broken_links(site, report) == []
+    assert broken_links(site, site / "index.html") == [] and "results/report.html" in (site / "index.html").read_text()
+    # without the findings' files the same check finds the broken links
+    shutil.rmtree(site / "results" / "reductions")
+    assert any("reductions/found_" in link for link in broken_links(site, report))
+    # bad input: one line, exit 2, nothing of an existing site touched
+    before = sorted(p.relative_to(site) for p in site.rglob("*"))
+    for args, said in (((ROOT / "results", site), "exists"), ((tmp_path, tmp_path / "other"), "no report.html")):
+        done = pages_site(*args)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+    assert sorted(p.relative_to(site) for p in site.rglob("*")) == before

@@ -197,9 +197,11 @@ def _summaries(top: pathlib.Path, versions: dict[str, str]) -> list[Measurement]
     return [m for m in found if m is not None]
 
 
-def learn(directory: pathlib.Path, current: list[SessionResult], commits: int = COMMITS_READ) -> Learned:
+def learn(directory: pathlib.Path, current: list[SessionResult], commits: int = COMMITS_READ,
+          nights: list[SessionResult] = ()) -> Learned:
     """The flips of the sessions in `current` (read from `directory`, the working copy), from
-    `directory`'s git history and the current sessions' own measurements."""
+    `directory`'s git history, `nights` (earlier runs outside git: the nightly's night before) and the
+    current sessions' own measurements."""
     directory = pathlib.Path(directory).resolve()
     try:
         top = pathlib.Path(git_output(directory, "rev-parse", "--show-toplevel").strip())
@@ -215,7 +217,7 @@ def learn(directory: pathlib.Path, current: list[SessionResult], commits: int = 
     except ValueError:
         return Learned({}, unavailable="the results are outside their git checkout")
     runs: dict[tuple[str, str], Measurement] = {}  # one run committed in several versions is one measurement
-    for measurement in [*past, *filter(None, map(Measurement.of, current))]:
+    for measurement in [*past, *filter(None, map(Measurement.of, [*nights, *current]))]:
         runs.setdefault((measurement.session, measurement.started), measurement)
     flips = {}
     for session in current:
@@ -234,18 +236,19 @@ def learn(directory: pathlib.Path, current: list[SessionResult], commits: int = 
     return Learned(flips, sum(1 for name, _ in runs if name in names), read)
 
 
-def learn_all(directories, current: list[SessionResult], history=()) -> Learned:
+def learn_all(directories, current: list[SessionResult], history=(), nights: list[SessionResult] = ()) -> Learned:
     """learn() for each results directory of a report, with the sessions read from it. A directory
     outside git (the nightly's downloaded artifacts) learns from the first of `history` (the committed
-    table the report is held to, in a checkout with its history) that git can read."""
+    table the report is held to, in a checkout with its history) that git can read, and from `nights`
+    (the night before's sessions: its artifacts, kept 30 days), which git does not hold."""
     found = Learned({})
     for directory in map(pathlib.Path, directories):
         mine = [s for s in current if s.path.parent.resolve() == directory.resolve()]
-        learned = learn(directory, mine)
+        learned = learn(directory, mine, nights=nights)
         for table in history:
             if not learned.unavailable:
                 break
-            learned = learn(pathlib.Path(table), mine)
+            learned = learn(pathlib.Path(table), mine, nights=nights)
         found.flips.update(learned.flips)
         found.measurements += learned.measurements
         found.commits += learned.commits

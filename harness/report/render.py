@@ -55,7 +55,8 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
     night_before = results.load_dirs(previous_dirs) if previous_dirs else None
     case_ids, rows = analysis.grid(sessions)
     # the cells known to flip, from the table's history in git (the baseline's, for results outside git)
-    learned = flips.learn_all(directories, sessions, history=baseline_dirs or ())
+    # and the night before
+    learned = flips.learn_all(directories, sessions, history=baseline_dirs or (), nights=night_before or ())
     data = {
         "schema": records.SCHEMA_VERSION,
         "sessions": [analysis.session_row(s, case_ids, {row["case"]: row["params"].get("device") for row in rows})
