@@ -15,8 +15,8 @@ from harness.report.flips import Learned
 
 # What a cell of the strip says: its mark and what the mark means (a blank cell: not measured).
 MARKS = {"fails": {"symbol": "✕", "meaning": "fails this way"},
-         "flips": {"symbol": "◐", "meaning": "failed this way, but each such cell is known to flip (its outcome came "
-                                             "back with the same code and installs: the table's history)"},
+         # each such cell's outcome came back with the same code and installs (harness.report.flips)
+         "flips": {"symbol": "◐", "meaning": "fails this way only in cells known to flip"},
          "ran": {"symbol": "○", "meaning": "ran, did not fail this way"}}
 NOT_MEASURED = "none of its cases ran on this torch"
 
