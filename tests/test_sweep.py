@@ -142,3 +142,16 @@ def test_one_bug_is_followed_through_torchs_wrapping_of_its_error_not_through_it
     assert oldest.chain == ("LoweringException", "AssertionError") and no_api.chain == ("AttributeError",)
     assert fails_the_same_way(oldest, newest) and fails_the_same_way(newest, newest)
     assert not fails_the_same_way(no_api, newest)
+
+
+def test_the_issue_gives_the_error_a_wrapper_names_on_its_next_lines():
+    # torch's BackendCompilerFailed says what it wraps on the lines after its own (finding 4's issue
+    # text once ended its Error: line at "raised:")
+    from harness.tools.scriptrun import classify
+
+    run = classify(1, traceback_of("torch._dynamo.exc.BackendCompilerFailed: backend='aot_eager' raised:",
+                                   "RuntimeError: Activation checkpoint rematerialization does not support RNG ops",
+                                   "", "Set TORCHDYNAMO_VERBOSE=1 for the internal stack trace"), 1.0)
+    assert run.message == "torch._dynamo.exc.BackendCompilerFailed: backend='aot_eager' raised:"
+    assert run.error == ("torch._dynamo.exc.BackendCompilerFailed: backend='aot_eager' raised: "
+                         "RuntimeError: Activation checkpoint rematerialization does not support RNG ops")

@@ -97,6 +97,22 @@ class ScriptRun:
         return tuple(names)
 
     @property
+    def error(self) -> str:
+        """The last exception's whole message, its lines up to the first blank one joined: torch's
+        wrappers say what they wrap on the lines after their own ("BackendCompilerFailed: backend='eager'
+        raised:", then the RuntimeError), which `message`, one line, cuts off."""
+        lines = self.output.splitlines()
+        starts = [i for i, line in enumerate(lines) if self.message and line.strip() == self.message]
+        if not starts:
+            return self.message
+        whole = []
+        for line in lines[starts[-1]:]:
+            if not line.strip():
+                break
+            whole.append(line.strip())
+        return " ".join(whole)
+
+    @property
     def exit(self) -> str:
         """The exit status in words: 'exit 1', 'SIGSEGV', 'timed out'."""
         if self.code is None:

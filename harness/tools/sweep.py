@@ -70,7 +70,7 @@ def write_issue(script: pathlib.Path, rows: list, out: pathlib.Path) -> None:
                 "what the same script gives with torch.compile replaced by the identity (plain eager) on torch "
                 f"{newest.version}: {eager.outcome}" + ("" if eager.outcome == "pass" else f" ({eager.message[:200]})"))
     text = pytorch_bug_issue(script_title(script.read_text(), f"torch.compile: {script.stem} fails"), script.name,
-                             script.read_text(), [(t.version, r.message) for t, r in failing], passing, expected,
+                             script.read_text(), [(t.version, r.error) for t, r in failing], passing, expected,
                              result.output, collect_env(newest.python), otherwise)
     records.write_atomically(out, text)
     print(f"wrote {out}", file=sys.stderr)

@@ -9,7 +9,7 @@ import pathlib
 import re
 
 from harness.core import paths, records, versions
-from harness.core.markdown import fence
+from harness.core.markdown import code, fence
 from harness.core.outcomes import RAISED, upstream_link
 from harness.core.swept import Swept
 from harness.tools.scriptrun import printed_outcome
@@ -130,6 +130,6 @@ def pytorch_bug_issue(title: str, script_name: str, script_text: str, failing: l
               f"Output (torch {failing[-1][0] if failing else '?'}):", "", fence(_shorten(output, head=3, tail=25)), "",
               f"Expected: {expected}", ""]
     if error:
-        lines += [f"Error: `{error[:300]}`", ""]
+        lines += [f"Error: {code(error[:300])}", ""]
     lines += ["### Versions", "", fence(environment), ""]
     return "\n".join(lines)
