@@ -32,6 +32,11 @@ class Swept:
         return said
 
     @property
+    def versions(self) -> int:
+        """How many versions the script ran on."""
+        return len(self.failing) + len(self.passing) + len(self.otherwise)
+
+    @property
     def otherwise_versions(self) -> tuple[str, ...]:
         return tuple(version for version, _ in self.otherwise)
 

@@ -72,6 +72,7 @@ class Finding:
         return {"number": self.number, "title": self.title,
                 "script": f"results/reductions/{self.script}", "issue": f"results/reductions/{issue}",
                 "swept": self.swept.line() if self.swept else None, "span_note": self.span_note,
+                "swept_versions": self.swept.versions if self.swept else 0,
                 "search": self.search,
                 "search_link": f"{TRACKER}?{urllib.parse.urlencode({'q': 'is:issue ' + self.search})}",
                 "cause": self.cause,

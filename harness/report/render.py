@@ -138,7 +138,7 @@ def summary_parts(data: dict) -> list[str]:
     labelled = [s["name"] for s in sessions if s["label"] and not s["lightning_of"]]
     axis = [s for s in sessions if s["lightning_of"]]
     parts = [f"{_plural(len(sessions), 'session')} on {span}"
-             + (f" ({len(labelled)} another environment of a row: {', '.join(labelled)})" if labelled else "")
+             + (f" ({_plural(len(labelled), 'other environment')} of a row: {', '.join(labelled)})" if labelled else "")
              + (f" ({len(axis)} of the Lightning axis: a row's pins with the newest Lightning that supports its "
                 f"torch, the cases that use Lightning only)" if axis else "")
              + f", {_plural(len(data['cases']), 'case')}."]

@@ -51,4 +51,7 @@ def bug_strip(cards: list[dict], lines: dict[str, list[tuple[str, str]]], learne
             {"label": card["label"], "anchor": card["anchor"], "status": card["status"],
              "what": card["finding"]["title"] if card.get("finding") else card["signature"],
              "marks": [mark(card, torch, session, learned) for torch, session in members]} for card in held]})
-    return {"marks": MARKS, "not_measured": NOT_MEASURED, "lines": strips}
+    drawn = {mark for strip in strips for row in strip["rows"] for mark in row["marks"]}
+    # the legend says only the marks drawn: a mark it explains and the page never shows teaches nothing
+    return {"marks": {name: meaning for name, meaning in MARKS.items() if name in drawn}, "not_measured": NOT_MEASURED,
+            "lines": strips}
