@@ -52,7 +52,8 @@ def stale(args) -> int:
 def findings(args) -> int:
     """Each finding's issue text with its root cause, proposed fix and upstream search from the
     catalogue: 0 when all were up to date (or are now); with --check, 1 when one differs, writing none,
-    or when a finding's script, swept, and its cells on the committed table disagree unexplained."""
+    when a finding's script, swept, and its cells on the committed table disagree unexplained, or when
+    a finding gives no history of the code it blames."""
     from harness.report import finding_issue, findings as catalogue, render
 
     differed = finding_issue.write_issues(catalogue.load(), check=args.check)
@@ -63,7 +64,10 @@ def findings(args) -> int:
     unexplained = render.build([paths.results_dir()])["findings_unexplained"]
     for line in unexplained:
         print(f"disagrees: {line}")
-    return 1 if differed or unexplained else 0
+    incomplete = catalogue.without_history(catalogue.load())
+    for line in incomplete:
+        print(f"incomplete: {line}")
+    return 1 if differed or unexplained or incomplete else 0
 
 
 def regressions(args) -> int:

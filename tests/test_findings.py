@@ -122,6 +122,7 @@ def test_each_issue_text_carries_its_root_cause_fix_and_upstream_search_from_the
     fixes = project / "results" / "reductions" / "fixes"
     assert (fixes / "found_region_factory_called_twice_inductor.diff").read_text().strip() in part
     assert "class RegionWithoutTensorInputTests" in part and "### Searched upstream" in part
+    assert "### History\n\nNew bug. `InvokeSubgraph.create` has taken its output's device" in part
     # a finding without its issue text: one line, exit 2, the others' files left as they were
     issue.unlink()
     done = findings_command(project)
@@ -208,6 +209,10 @@ def test_a_findings_script_and_its_cells_that_disagree_unexplained_fail_the_chec
     assert done.returncode == 1 and done.stdout == (
         "disagrees: finding 1: the script fails on 2.11.0, where the cells ran and did not fail this way "
         "(findings.toml gives no span_note)\n"), done.stdout + done.stderr
+    # a finding that gives no history of the code it blames
+    catalogue.write_text(re.sub(r"^history = .*\n", "", text, count=1, flags=re.M))
+    done = findings_command(project, "--check")
+    assert done.returncode == 1 and "incomplete: finding 1: no history" in done.stdout, done.stdout + done.stderr
     # an issue text that says the script fails another way where the cells fail this way (finding 8's
     # sweep before it followed the bug through torch's wrapping of the error), and passes where they fail
     catalogue.write_text(text)

@@ -27,6 +27,9 @@ def sections(finding: Finding) -> str:
     lines = [START, ""]
     if finding.cause:
         lines += ["### Root cause", "", f"{finding.cause}.", ""]
+    if finding.kind and finding.history:
+        lines += ["### History", "", f"{finding.kind[0].upper()}{finding.kind[1:]}. {finding.history}. (Each change's "
+                  "release is the first whose wheel holds its code.)", ""]
     if finding.fix_path:
         test = finding.fix_path.parent / f"test_{finding.stem}.py"
         lines += ["### Proposed fix", "",

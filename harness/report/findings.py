@@ -48,6 +48,10 @@ class Finding:
     # Why its script, swept, and its cells say different things of a version, where they do (the
     # cells run the user's program, the script the cause alone): `findings --check` fails without it.
     span_note: str | None = None
+    # What it is against upstream's history ("new bug", "regression of a fix", "deliberate gap", ...) and
+    # that history: the changes at the code it blames, each with the first release that has it.
+    kind: str | None = None
+    history: str | None = None
 
     @property
     def stem(self) -> str:
@@ -107,6 +111,12 @@ def script_against_cells(card: dict, swept: Swept | None) -> list[str]:
                for v in swept.otherwise_versions if v in failing])
 
 
+def without_history(catalogue: list[Finding]) -> list[str]:
+    """One line per finding whose issue text could not give the history of the code it blames."""
+    return [f"finding {f.number}: no history (findings.toml: `kind` and `history`)" for f in catalogue
+            if not (f.kind and f.history)]
+
+
 def unexplained(cards: list[dict]) -> list[str]:
     """One line per finding whose script and cells disagree with no span_note to say why."""
     return [f"finding {card['finding']['number']}: {'; '.join(card['finding']['script_differs'])} "
@@ -124,7 +134,8 @@ def load(path: pathlib.Path = CATALOGUE) -> list[Finding]:
                         str(f["script"]), str(f["search"]), str(f["cause"]) if "cause" in f else None,
                         tuple(map(str, f.get("searched", ()))), tuple(map(str, f.get("related", ()))),
                         tuple((str(name), str(kind)) for name, kind in f.get("tests", {}).items()),
-                        str(f["span_note"]) if "span_note" in f else None)
+                        str(f["span_note"]) if "span_note" in f else None,
+                        str(f["kind"]) if "kind" in f else None, str(f["history"]) if "history" in f else None)
                 for f in table.get("finding", [])]
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, AttributeError, re.error) as exc:
         raise ReportError(f"{path}: not a findings catalogue: {exc}") from None
