@@ -1,4 +1,4 @@
-# Dynamo's guard cannot tell one getset descriptor's method-wrapper passed to a frame from another's.
+# copy.copy(tensor) under a TorchFunctionMode raises in compiled code: Dynamo does not guard a getset descriptor's method-wrapper passed to a frame.
 # It has none from torch 2.5 on; 2.2-2.4 guard the id of a short-lived object, which the next takes.
 # A frame traced with Tensor._backward_hooks.__get__ runs again for Tensor.device.__get__: None.
 # A TorchFunctionMode meets it: its `func` for a tensor attribute is such a method-wrapper, so
