@@ -95,7 +95,7 @@ def report(args) -> int:
                 previous = [source.directory]
         data = reporting.build(dirs, args.baseline, expect=expect, fail_on_regression=args.fail_on_regression,
                                previous_dirs=previous, previous_unavailable=args.previous_unavailable,
-                               previous_source=source)
+                               previous_source=source, nights_dirs=args.nights)
     out = pathlib.Path(args.out or dirs[0])
     for path in reporting.write(data, out):
         print(f"wrote {path}")
@@ -237,6 +237,8 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--baseline", nargs="+", metavar="DIR", help="results of an earlier run to compare with")
     rep.add_argument("--previous", nargs="+", metavar="DIR",
                      help="results of the run before, compared for information only (never sets the exit status)")
+    rep.add_argument("--nights", nargs="+", metavar="DIR",
+                     help="results of earlier nights, outside git: measurements the cells that flip are learned from")
     rep.add_argument("--no-since-committed", dest="since_committed", action="store_false",
                      help="without --previous, the report compares with the table as last committed (git), for "
                           "information; this leaves that out")

@@ -142,3 +142,23 @@ def test_the_bug_strip_marks_a_version_whose_failing_cells_all_flip(tmp_path):
     assert marks[by_case[CK]] == ["ran", "flips"] and marks[by_case[NEST]] == ["ran", "fails"], marks
     html = render.render_html(data)
     assert data["bug_strip"]["marks"]["flips"]["symbol"] in html[html.index('id="bug-strip"'):]
+
+
+def test_earlier_nights_are_measurements_too_each_read_alone(tmp_path):
+    """Two earlier nights of the same session (--nights, one folder each, as the nightly unpacks them):
+    the table measured CK pass, a night fail, tonight pass: a flip; without the nights, none."""
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", str(repo))
+    measure(repo / "results", 0, {CK: "pass"}, {CK: "pass"})
+    commit(repo, "the table")
+    measure(tmp_path / "nights" / "run-1", 1, {CK: "pass"}, {CK: "fail"})
+    measure(tmp_path / "nights" / "run-2", 2, {CK: "pass"}, {CK: "fail"})
+    measure(tmp_path / "tonight", 3, {CK: "pass"}, {CK: "pass"})
+    for nights, learned in (([], {}), ([tmp_path / "nights" / "run-1", tmp_path / "nights" / "run-2"],
+                                       {("cpu_torch25", CK): ["pass", "fail", "pass"]})):
+        out = tmp_path / f"out-{len(nights)}"
+        done = run_cli(tmp_path / "tonight", "--baseline", repo / "results", "--no-since-committed",
+                       *(["--nights", *nights] if nights else []), "--out", out)
+        assert done.returncode in (0, 1), done.stderr
+        data = json.loads((out / "report.json").read_text())
+        assert {(c["session"], c["case"]): c["outcomes"] for c in data["flips"]["cells"]} == learned

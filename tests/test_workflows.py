@@ -335,9 +335,24 @@ def test_the_previous_nightly_is_the_last_scheduled_run_of_the_default_branch_wi
     assert {session: entry["run"] for session, entry in previous.items()} == {
         "cpu_torch215": 800, "cpu_torch25": 820, "cpu_torch24": 700}
     assert "cpu_torch26: no earlier scheduled nightly of main with its results" in done.stderr
+    # the scheduled nights before those, by the same rules: what the report learns flips from
+    nights = json.loads(found["nights"])
+    assert {session: [night["run"] for night in earlier] for session, earlier in nights.items()} == {
+        "cpu_torch215": [700]}
     # the runs listed once, each run's artifacts once for all sessions
     artifact_lists = [path for path in api.requests if path.endswith("/artifacts")]
     assert len(artifact_lists) == len(set(artifact_lists)), api.requests
+
+
+def test_the_earlier_nights_are_unpacked_one_folder_a_night(tmp_path):
+    from tests.fake_github import FakeGitHub
+
+    with FakeGitHub(RUNS, default_branch="main") as api:
+        nights = outputs(nightly_runs(api, "find", "cpu_torch215").stdout)["nights"]
+        done = nightly_runs(api, "download-nights", str(tmp_path / "nights"), nights, "cpu_torch215", "cpu_torch25")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "nights" / "run-700" / "results-cpu_torch215" / "cpu_torch215.jsonl").read_text() == "700\n"
+    assert "cpu_torch25: 0 earlier night(s)" in done.stdout
 
 
 def test_a_run_without_sessions_looks_nothing_up_and_stays_green(tmp_path):
@@ -351,7 +366,7 @@ def test_a_run_without_sessions_looks_nothing_up_and_stays_green(tmp_path):
         done = run_step("nightly.yml", "sessions", "previous", ROOT, timeout=120, GITHUB_API_URL=api.url, GH_REPO=api.repo,
                         GH_TOKEN="t", THIS_RUN="900", SESSIONS=" ", GITHUB_OUTPUT=str(output))
     assert done.returncode == 0, done.stderr
-    assert outputs(output.read_text()) == {"default_branch": "", "previous": "{}", "previous_error": ""}
+    assert outputs(output.read_text()) == {"default_branch": "", "previous": "{}", "nights": "{}", "previous_error": ""}
     assert api.requests == []
 
 

@@ -8,6 +8,7 @@
 # (results/ of the checkout): the expectation every run is held to, so a changed cell stays red until
 # the change is committed. PREVIOUS_ROOT (the night before) is compared for information only; when
 # it could not be fetched, $PREVIOUS_UNAVAILABLE says why, and the report states it and fails.
+# $NIGHTS_ROOT, where set, holds earlier nights' results (any depth): read only to learn which cells flip.
 # Runs `nox -s report` (nox from PATH) with REPORT_ARGS (e.g. --expect SESSION ...) and writes
 # REPORT.md, report.html (with its report-cells/), report.json to OUT_DIR, plus regressions.md (REPORT.md's baseline section)
 # when a cell changed for the worse. Exits with the report's status: 0, 1 when the report fails the
@@ -31,6 +32,7 @@ result_dirs() {
 
 mapfile -d '' -t current < <(result_dirs "$results_root")
 mapfile -d '' -t previous < <(result_dirs "$previous_root")
+mapfile -d '' -t nights < <(result_dirs "${NIGHTS_ROOT:-}")
 if [ "${#current[@]}" -eq 0 ]; then
   echo "error: no results files (*.jsonl) under ${results_root}" >&2
   exit 2
@@ -50,6 +52,11 @@ else
   # the baseline is the committed table already: no second comparison with it
   args+=(--no-since-committed)
   echo "no earlier scheduled nightly with results: nothing to compare for information"
+fi
+if [ "${#nights[@]}" -gt 0 ]; then
+  # earlier nights: only measurements to learn which cells flip from (git does not hold them)
+  args+=(--nights "${nights[@]}")
+  echo "earlier nights: ${#nights[@]} director$([ "${#nights[@]}" -eq 1 ] && echo y || echo ies) under ${NIGHTS_ROOT}"
 fi
 mkdir -p "$out"
 out=$(realpath -- "$out")

@@ -4,11 +4,15 @@ session reuses and the report's previous-night comparison.
     python .github/scripts/nightly_runs.py find [SESSION...]
         Appends to $GITHUB_OUTPUT (or prints) `default_branch=`, `previous=` (JSON: session ->
         {"run": ID, "artifact": ID}, sessions without an earlier run left out) and `previous_error=`
-        (one line when the API could not be asked; then `previous={}`). Exits 0 either way: a nightly
+        (one line when the API could not be asked; then `previous={}`), and `nights=` (JSON: session ->
+        [{"run": ID, "artifact": ID}, ...], the up to NIGHTS_READ scheduled runs before `previous` with
+        its results, newest first: what the report learns flips from). Exits 0 either way: a nightly
         still measures everything without it, and the report states the error. No session: asks nothing.
     python .github/scripts/nightly_runs.py download DEST PREVIOUS_JSON SESSION...
         Unpacks each SESSION's artifact named in PREVIOUS_JSON into DEST/results-SESSION. Exits 1,
         with one line, when one cannot be downloaded.
+    python .github/scripts/nightly_runs.py download-nights DEST NIGHTS_JSON SESSION...
+        Unpacks each of a SESSION's earlier nights into DEST/run-ID/results-SESSION; the same exit.
 
 The default branch is asked of the API: a `schedule` event's payload has no repository object, so
 `github.event.repository.default_branch` is empty there. The runs are listed once, and each run's
@@ -29,24 +33,30 @@ from github_api import GitHub, GitHubError  # noqa: E402
 
 WORKFLOW = "nightly.yml"
 RUNS_LOOKED_AT = 30  # about a month of nights; artifacts expire after 30 days anyway
+NIGHTS_READ = 6  # earlier nights a report learns flips from, besides the night before (a week in all)
 
 
-def find(github: GitHub, sessions: list[str], this_run: str | None) -> tuple[str, dict]:
-    """The default branch, and each session's last scheduled run of it with a live results artifact."""
+def find(github: GitHub, sessions: list[str], this_run: str | None) -> tuple[str, dict, dict]:
+    """The default branch, each session's last scheduled run of it with a live results artifact, and the
+    up to NIGHTS_READ such runs before that one."""
     branch = github.get(f"repos/{github.repo}")["default_branch"]
     runs = github.pages(f"repos/{github.repo}/actions/workflows/{WORKFLOW}/runs?event=schedule&branch={branch}"
                         "&status=completed", "workflow_runs", per_page=RUNS_LOOKED_AT, limit=RUNS_LOOKED_AT)
-    wanted, found = set(sessions), {}
+    wanted, found, nights = set(sessions), {}, {session: [] for session in sessions}
     for run in runs:
         if str(run["id"]) == str(this_run) or run.get("event") != "schedule" or run.get("head_branch") != branch:
             continue  # the API filters these; a changed filter must not pick a dispatched run
         for artifact in github.pages(f"repos/{github.repo}/actions/runs/{run['id']}/artifacts", "artifacts"):
             session = artifact["name"].removeprefix("results-")
-            if session in wanted and session not in found and not artifact.get("expired"):
-                found[session] = {"run": run["id"], "artifact": artifact["id"]}
-        if len(found) == len(wanted):
+            if session in wanted and not artifact.get("expired"):
+                night = {"run": run["id"], "artifact": artifact["id"]}
+                if session not in found:
+                    found[session] = night
+                elif len(nights[session]) < NIGHTS_READ:
+                    nights[session].append(night)
+        if len(found) == len(wanted) and all(len(earlier) == NIGHTS_READ for earlier in nights.values()):
             break
-    return branch, found
+    return branch, found, {session: earlier for session, earlier in nights.items() if earlier}
 
 
 def write_outputs(pairs: dict) -> None:
@@ -64,14 +74,14 @@ def main(argv=None) -> int:
         sessions = argv[1:]
         if not sessions:  # a run narrowed to sessions that run nowhere (a cuda tag, no GPU runner): no question
             print("no sessions: no previous nightly looked up", file=sys.stderr)
-            write_outputs({"default_branch": "", "previous": "{}", "previous_error": ""})
+            write_outputs({"default_branch": "", "previous": "{}", "nights": "{}", "previous_error": ""})
             return 0
         try:
             github = GitHub()
-            branch, found = find(github, sessions, os.environ.get("THIS_RUN"))
+            branch, found, nights = find(github, sessions, os.environ.get("THIS_RUN"))
         except GitHubError as error:
             print(f"::warning::the previous nightly could not be looked up: {error}", file=sys.stderr)
-            write_outputs({"default_branch": "", "previous": "{}", "previous_error": str(error)})
+            write_outputs({"default_branch": "", "previous": "{}", "nights": "{}", "previous_error": str(error)})
             return 0
         for session in sessions:
             run = found.get(session)
@@ -79,7 +89,7 @@ def main(argv=None) -> int:
                                     "with its results"), file=sys.stderr)
         print(f"{github.calls} API requests", file=sys.stderr)
         write_outputs({"default_branch": branch, "previous": json.dumps(found, separators=(",", ":")),
-                       "previous_error": ""})
+                       "nights": json.dumps(nights, separators=(",", ":")), "previous_error": ""})
         return 0
     if len(argv) >= 3 and argv[0] == "download":
         dest, sessions = pathlib.Path(argv[1]), argv[3:]
@@ -96,7 +106,21 @@ def main(argv=None) -> int:
             print(f"error: the previous nightly's results could not be downloaded: {error}", file=sys.stderr)
             return 1
         return 0
-    print("usage: nightly_runs.py find [SESSION...] | download DEST PREVIOUS_JSON SESSION...", file=sys.stderr)
+    if len(argv) >= 3 and argv[0] == "download-nights":
+        dest, sessions = pathlib.Path(argv[1]), argv[3:]
+        try:
+            nights = json.loads(argv[2] or "{}")
+            github = GitHub()
+            for session in sessions:
+                for night in nights.get(session, []):
+                    github.download_zip(night["artifact"], dest / f"run-{night['run']}" / f"results-{session}")
+                print(f"{session}: {len(nights.get(session, []))} earlier night(s)")
+        except (GitHubError, ValueError, KeyError, TypeError, AttributeError) as error:
+            print(f"error: an earlier nightly's results could not be downloaded: {error}", file=sys.stderr)
+            return 1
+        return 0
+    print("usage: nightly_runs.py find [SESSION...] | download DEST PREVIOUS_JSON SESSION... | "
+          "download-nights DEST NIGHTS_JSON SESSION...", file=sys.stderr)
     return 2
 
 

@@ -45,18 +45,21 @@ MD_CARDS = 16  # cards of failures REPORT.md shows (about 7 lines each); report.
 
 
 def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool = True, previous_dirs=None,
-          previous_unavailable: str | None = None, previous_source=None) -> dict:
+          previous_unavailable: str | None = None, previous_source=None, nights_dirs=None) -> dict:
     """`baseline_dirs`: what the runs are held to (the nightly's: the committed table); `previous_dirs`:
     an informational comparison (the night before, or the table as last committed: `previous_source`
     says which commit, or why there is none), which never sets the exit status, or
-    `previous_unavailable`: why it could not be had, which does."""
+    `previous_unavailable`: why it could not be had, which does; `nights_dirs`: earlier nights' results
+    (outside git), read only to learn which cells flip."""
     sessions = results.load_dirs(directories)
     earlier = results.load_dirs(baseline_dirs) if baseline_dirs else None
     night_before = results.load_dirs(previous_dirs) if previous_dirs else None
     case_ids, rows = analysis.grid(sessions)
     # the cells known to flip, from the table's history in git (the baseline's, for results outside git)
-    # and the night before
-    learned = flips.learn_all(directories, sessions, history=baseline_dirs or (), nights=night_before or ())
+    # and earlier nights (the night before, and --nights)
+    # one night's session beside another's of the same name: each directory is read alone
+    nights = [*(night_before or ()), *(s for night in nights_dirs or () for s in results.load_dirs([night]))]
+    learned = flips.learn_all(directories, sessions, history=baseline_dirs or (), nights=nights)
     data = {
         "schema": records.SCHEMA_VERSION,
         "sessions": [analysis.session_row(s, case_ids, {row["case"]: row["params"].get("device") for row in rows})
