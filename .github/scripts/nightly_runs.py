@@ -68,6 +68,29 @@ def write_outputs(pairs: dict) -> None:
     print(lines, end="")
 
 
+def download(dest: pathlib.Path, runs_json: str, sessions: list[str], nights: bool) -> int:
+    """Each session's night before (`previous=`) into DEST/results-SESSION, or its earlier nights
+    (`nights=`) into DEST/run-ID/results-SESSION: 1, with one line, when one cannot be downloaded."""
+    try:
+        runs = json.loads(runs_json or "{}")
+        github = GitHub()
+        for session in sessions:
+            if nights:
+                for night in runs.get(session, []):
+                    github.download_zip(night["artifact"], dest / f"run-{night['run']}" / f"results-{session}")
+                print(f"{session}: {len(runs.get(session, []))} earlier night(s)")
+            elif session not in runs:
+                print(f"{session}: no earlier scheduled nightly with its results")
+            else:
+                github.download_zip(runs[session]["artifact"], dest / f"results-{session}")
+                print(f"{session}: results of run {runs[session]['run']}")
+    except (GitHubError, ValueError, KeyError, TypeError, AttributeError) as error:
+        which = "an earlier nightly's" if nights else "the previous nightly's"
+        print(f"error: {which} results could not be downloaded: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["find"]:
@@ -91,34 +114,8 @@ def main(argv=None) -> int:
         write_outputs({"default_branch": branch, "previous": json.dumps(found, separators=(",", ":")),
                        "nights": json.dumps(nights, separators=(",", ":")), "previous_error": ""})
         return 0
-    if len(argv) >= 3 and argv[0] == "download":
-        dest, sessions = pathlib.Path(argv[1]), argv[3:]
-        try:
-            previous = json.loads(argv[2] or "{}")
-            github = GitHub()
-            for session in sessions:
-                if session not in previous:
-                    print(f"{session}: no earlier scheduled nightly with its results")
-                    continue
-                github.download_zip(previous[session]["artifact"], dest / f"results-{session}")
-                print(f"{session}: results of run {previous[session]['run']}")
-        except (GitHubError, ValueError, KeyError, TypeError) as error:
-            print(f"error: the previous nightly's results could not be downloaded: {error}", file=sys.stderr)
-            return 1
-        return 0
-    if len(argv) >= 3 and argv[0] == "download-nights":
-        dest, sessions = pathlib.Path(argv[1]), argv[3:]
-        try:
-            nights = json.loads(argv[2] or "{}")
-            github = GitHub()
-            for session in sessions:
-                for night in nights.get(session, []):
-                    github.download_zip(night["artifact"], dest / f"run-{night['run']}" / f"results-{session}")
-                print(f"{session}: {len(nights.get(session, []))} earlier night(s)")
-        except (GitHubError, ValueError, KeyError, TypeError, AttributeError) as error:
-            print(f"error: an earlier nightly's results could not be downloaded: {error}", file=sys.stderr)
-            return 1
-        return 0
+    if len(argv) >= 3 and argv[0] in ("download", "download-nights"):
+        return download(pathlib.Path(argv[1]), argv[2], argv[3:], nights=argv[0] == "download-nights")
     print("usage: nightly_runs.py find [SESSION...] | download DEST PREVIOUS_JSON SESSION... | "
           "download-nights DEST NIGHTS_JSON SESSION...", file=sys.stderr)
     return 2
