@@ -56,7 +56,8 @@ def findings(args) -> int:
     a finding gives no history of the code it blames."""
     from harness.report import finding_issue, findings as catalogue, render
 
-    differed = finding_issue.write_issues(catalogue.load(), check=args.check)
+    found = catalogue.load()
+    differed = finding_issue.write_issues(found, check=args.check)
     for path in differed:
         print(f"{'differs' if args.check else 'wrote'}: {path.relative_to(paths.ROOT)}")
     if not args.check:
@@ -64,7 +65,7 @@ def findings(args) -> int:
     unexplained = render.build([paths.results_dir()])["findings_unexplained"]
     for line in unexplained:
         print(f"disagrees: {line}")
-    incomplete = catalogue.without_history(catalogue.load())
+    incomplete = catalogue.without_history(found)
     for line in incomplete:
         print(f"incomplete: {line}")
     return 1 if differed or unexplained or incomplete else 0

@@ -10,6 +10,7 @@ and signature, and a finding that matches no card, or several, is named in the r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 import re
 import urllib.parse
@@ -85,7 +86,7 @@ class Finding:
                 "regression_test": f"results/reductions/fixes/test_{stem}.py" if has_fix else None}
 
 
-    @property
+    @functools.cached_property  # read once: the card, its line and its check all ask for it
     def swept(self) -> Swept | None:
         """Where the script itself fails, as its issue text says (`harness sweep --issue` wrote it, from
         running the script in each version's venv)."""
