@@ -10,6 +10,7 @@ import pytest
 
 from harness.core.paths import ROOT
 from harness.core.sessions import COMPILE_CACHES_ENV
+from harness.plugin.compilecaches import BUILDS
 
 # Python keeps compiled bytecode beside a module unless told not to, and some machines tell it not to
 # (PYTHONDONTWRITEBYTECODE). Then every process the suite starts (nested sessions and their workers,
@@ -117,8 +118,14 @@ def nested_compile_caches(tmp_path, tmp_path_factory, monkeypatch):
     tmp_path: each case of the test compiles into a directory of its own, empty when the test starts.
     Only the worker's warm-up (harness.plugin.warmup: the same small compile in every run, 8-10 s cold
     on this machine, paid by dozens of nested sessions) is served warm: from what the first such test
-    of this pytest process left, as a re-run of a real session is served it from its venv."""
+    of this pytest process left, as a re-run of a real session is served it from its venv. The C++ builds
+    that cases share (named by their source and compile command) are shared by every such test of the
+    pytest process, as a session's cases share them."""
     root = tmp_path / "compile-caches"
+    root.mkdir()
+    shared_builds = tmp_path_factory.getbasetemp() / "shared-builds"
+    shared_builds.mkdir(exist_ok=True)
+    (root / BUILDS).symlink_to(shared_builds, target_is_directory=True)
     template = tmp_path_factory.getbasetemp() / "warm-up-compile-caches"  # a folder per worker name
     if template.is_dir():  # hard links: the warm-up's precompiled header alone is 152 MB (torch 2.15)
         shutil.copytree(template, root / "warm-up", symlinks=True, copy_function=_link_or_copy)

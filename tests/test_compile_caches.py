@@ -1,6 +1,7 @@
-"""No compiled artifact passes from one case to another (harness.plugin.compilecaches): two planted
-cases that could communicate only through inductor's on-disk cache, run with the session's own pytest
-command (real xdist worker, real fork, real inductor)."""
+"""No compiled artifact passes from one case to another but a C++ build, which is named by its source
+and compile command (harness.plugin.compilecaches): planted cases that could communicate only through
+inductor's on-disk cache, and that write through or die holding a shared build, run with the session's
+own pytest command (real xdist worker, real fork, real inductor)."""
 
 import concurrent.futures
 import json
@@ -49,6 +50,44 @@ def test_computes_triple(case):
     assert torch.compile(triple, backend="inductor")(torch.ones(4)).tolist() == [3.0] * 4
 
 
+def double(x):
+    return x * 2
+
+
+def test_builds_double(case):
+    assert torch.compile(double, backend="inductor")(torch.ones(4)).tolist() == [2.0] * 4
+
+
+def test_writes_through_a_shared_build(case):
+    # Served the C++ build of `double` that the case before shared, it overwrites the file in place:
+    # every case that links it would load the garbage.
+    assert torch.compile(double, backend="inductor")(torch.ones(4)).tolist() == [2.0] * 4
+    cache = os.path.realpath(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    loaded = {line.split()[-1] for line in open("/proc/self/maps") if line.rstrip().endswith(".so")}
+    shared = [path for path in loaded if path.startswith(cache + os.sep) and os.stat(path).st_nlink > 1]
+    assert shared, f"no shared build under {cache} was loaded"
+    for path in shared:
+        with open(path, "r+b") as built:
+            built.write(bytes(64))
+
+
+def test_computes_double_after_its_build_was_written_through(case):
+    assert torch.compile(double, backend="inductor")(torch.ones(4)).tolist() == [2.0] * 4
+
+
+def quadruple(x):
+    return x * 4
+
+
+def test_dies_after_building(case):
+    assert torch.compile(quadruple, backend="inductor")(torch.ones(4)).tolist() == [4.0] * 4
+    os.kill(os.getpid(), 9)  # as a case killed at its time limit: what it built may be half-written
+
+
+def test_computes_quadruple(case):
+    assert torch.compile(quadruple, backend="inductor")(torch.ones(4)).tolist() == [4.0] * 4
+
+
 def test_compiles_with_headers_of_its_own(case):
     # inductor's precompiled headers go under the temporary directory, not TORCHINDUCTOR_CACHE_DIR
     import tempfile
@@ -89,14 +128,28 @@ def test_two_cases_cannot_communicate_through_a_compile_cache(pytester, tmp_path
     result, path, _ = run_session_command(pytester, planted, "--timeout=300")
     cases = by_variant(case_records(path))
     assert {name: record["outcome"] for name, record in cases.items()} == {
-        "leaves_a_tampered_kernel": "pass", "computes_triple": "pass", "compiles_with_headers_of_its_own": "pass"
+        "leaves_a_tampered_kernel": "pass", "computes_triple": "pass", "builds_double": "pass",
+        "writes_through_a_shared_build": "pass", "computes_double_after_its_build_was_written_through": "pass",
+        "dies_after_building": "crash",
+        "computes_quadruple": "pass", "compiles_with_headers_of_its_own": "pass"
     }, result.stdout.str()[-3000:]
-    assert not any(record.get("leaked") for record in cases.values()), cases
+    [written_through] = cases["writes_through_a_shared_build"]["leaked"]
+    assert "shared C++ build(s) written through" in written_through, written_through
+    assert not any(record.get("leaked") for name, record in cases.items() if name != "writes_through_a_shared_build")
     # The artifact is real: a process served from the first case's cache gets the planted program.
     first = CaseCaches(caches, "gw0").case_directory(cases["leaves_a_tampered_kernel"]["case"])
     assert served_from(first / "inductor") == [1003.0] * 4
     second = CaseCaches(caches, "gw0").case_directory(cases["computes_triple"]["case"])
     assert served_from(second / "inductor") == [3.0] * 4
+    # Only the C++ build passed from the first to the second: the same file, built once.
+    built = {path.relative_to(first): path for path in first.rglob("*.so") if path.stat().st_nlink > 1}  # not copies
+    assert built and all((second / name).samefile(path) for name, path in built.items()), sorted(built)
+    # What a case cut short built is not shared: the next case to compile it builds it again.
+    died = CaseCaches(caches, "gw0").case_directory(cases["dies_after_building"]["case"])
+    after = CaseCaches(caches, "gw0").case_directory(cases["computes_quadruple"]["case"])
+    quadruple = [path.relative_to(died) for path in died.rglob("*.so")  # its own: not linked, not the warm-up's
+                 if path.stat().st_nlink == 1 and not (first / path.relative_to(died)).exists()]
+    assert quadruple and not any((after / name).samefile(died / name) for name in quadruple), quadruple
     # The precompiled header the case compiled with is in its own directory: a link to the warm-up's
     # (torch's headers only, built once), never one that another case built.
     worker = CaseCaches(caches, "gw0")

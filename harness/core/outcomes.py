@@ -56,6 +56,7 @@ HARD = tuple(n for n, o in OUTCOMES.items() if o.fails_session)  # fail, error, 
 DECLARED = ("known", "limitation")  # outcomes a case declares, each with its reference
 REFERENCED = (*DECLARED, "fixed")  # outcomes whose record names the one reference they met or no longer meet
 RAISED = ("fail", *DECLARED)  # the case raised (its own failure, a known bug, a limitation): a bug to reduce
+CUT_SHORT = frozenset({"error", "timeout", "crash"})  # its process may have stopped mid-write: nothing it built is shared
 RETRIED = frozenset({"fail", "error"})  # a case that ends so runs again (--case-reruns)
 HARNESS_FAULTS = frozenset({"error"})  # the harness or its environment broke, not the case
 NOT_CARRIED = HARNESS_FAULTS  # the harness failed to run the case: never carried to a later run

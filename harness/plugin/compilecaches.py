@@ -21,6 +21,18 @@ it took 5.7 s of a first compile and 152 MB, per case, which a copy would pay ag
 a file only when it is missing, so a link is never written through; a case that did would change the
 warm-up's file, and its record would say so (`leaked`).
 
+Inductor's C++ builds are the one thing cases share (`BUILDS`): what the compiler made (`.so`, `.o`) is
+named by the hash of its source and its whole compile command (include paths, flags, ISA), so two cases
+that build one kernel build the same file; torch builds a file only where it is missing and never writes
+one again. Measured on torch 2.15 (docs/speed.md), the C++ build is about 80 % of a cold case's time,
+and most kernels of a row are built by more than one case. A case that ended by itself hands what it
+built to the shared folder (hard links), and each case starts with links to what is there; what a case
+cut short (killed at its time limit, crashed, the harness broke) built may be half-written, and is not
+shared. The FX graph and AOTAutograd caches, the Python wrappers and Triton's caches stay the case's
+own: their keys say what a graph was compiled under, and such keys can be wrong
+(pytorch/pytorch#181564). A case that writes through a shared build changes every case's copy: its
+record says so (`leaked`), and the file leaves the shared folder.
+
 A case's directory is kept across its attempts and the session's later runs (its key is its case id):
 a re-run of the same case may be served its own artifacts, never another's. The warm-up compiles into
 a directory of the worker's own; a case that still wrote there is named in its record (`leaked`).
@@ -29,15 +41,19 @@ With `--isolation=none` cases share one process, and what torch keeps in memory 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pathlib
 import shutil
 import tempfile
+import time
 
 from harness.core import sessions
 
 CACHE_DIRS = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "TMPDIR": "tmp"}
+BUILDS = "builds"  # under the root: the C++ builds the cases share, in inductor's own layout (see above)
+BUILT = (".so", ".o")  # the compiler's output, named by the hash of its source and compile command
 LINKED = "tmp"  # what a case's directory links to the warm-up's rather than copies (see above)
 CASE_FILE = "case.txt"  # in a case's directory: which case it belongs to, for a reader
 
@@ -66,6 +82,22 @@ def _link_if_missing(source: str, target: str) -> None:
         os.link(source, target)
 
 
+def _builds(inductor: pathlib.Path) -> dict[str, tuple[int, int]]:
+    """The C++ builds under an inductor cache directory, by relative path: in the folder of two characters
+    that inductor names after the hash of a build's source (`c<hash>.so` in `<hash[:2]>/`), nowhere else."""
+    found = {}
+    try:
+        folders = [entry for entry in os.scandir(inductor) if len(entry.name) == 2 and entry.is_dir()]
+    except FileNotFoundError:
+        return found
+    for folder in folders:
+        for entry in os.scandir(folder.path):
+            if entry.name[1:3] == folder.name and entry.name.endswith(BUILT) and entry.is_file(follow_symlinks=False):
+                info = entry.stat(follow_symlinks=False)
+                found[f"{folder.name}/{entry.name}"] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
 class CaseCaches:
     """The compile caches of one process that runs cases (`worker`: xdist's worker id, or `main`)
     under `root` ($HARNESS_COMPILE_CACHES, else the pytest run's temporary directory)."""
@@ -76,6 +108,9 @@ class CaseCaches:
         self.warm_up = self.root / "warm-up" / worker
         self.warm_up_files: dict[str, tuple[int, int]] = {}
         self.replaced: dict[str, str | None] = {}  # the variables as they were before install
+        self.shared = self.root / BUILDS
+        self.shared_at_start: dict[str, tuple[int, int]] = {}  # the shared builds the current case started with
+        self.entered_at = 0  # ns: a case shares what it built after this, not what an earlier run of it left
 
     @classmethod
     def install(cls, config, worker: str) -> "CaseCaches":
@@ -126,6 +161,11 @@ class CaseCaches:
                         ignore=lambda folder, names: [LINKED] if pathlib.Path(folder) == self.warm_up else [])
         shutil.copytree(self.warm_up / LINKED, directory / LINKED, symlinks=True, dirs_exist_ok=True,
                         copy_function=_link_if_missing)
+        self.entered_at = time.time_ns()
+        self.shared_at_start = _builds(self.shared)
+        for path in self.shared_at_start:
+            (directory / "inductor" / path).parent.mkdir(exist_ok=True)
+            _link_if_missing(str(self.shared / path), str(directory / "inductor" / path))
         label = directory / CASE_FILE
         if not label.exists():
             label.write_text(case_id + "\n", encoding="utf-8")
@@ -138,7 +178,26 @@ class CaseCaches:
         changed = sorted(path for path in now.keys() | self.warm_up_files.keys()
                          if now.get(path) != self.warm_up_files.get(path))
         self.warm_up_files = now
-        if not changed:
-            return []
-        return [f"compile caches: {len(changed)} file(s) of the worker's warm-up cache written, not the "
-                f"case's own ({changed[0]})"]
+        left = []
+        if changed:
+            left.append(f"compile caches: {len(changed)} file(s) of the worker's warm-up cache written, not the "
+                        f"case's own ({changed[0]})")
+        now_shared = _builds(self.shared)
+        written = sorted(path for path, seen in self.shared_at_start.items() if now_shared.get(path, seen) != seen)
+        for path in written:  # no later case starts with it
+            (self.shared / path).unlink(missing_ok=True)
+        if written:
+            left.append(f"compile caches: {len(written)} shared C++ build(s) written through, taken out of the "
+                        f"shared ones ({written[0]})")
+        return left
+
+    def share_builds(self, case_id: str) -> None:
+        """What the case built, for every later case: call only for a case that ended by itself. Not what it
+        started with (a build taken out of the shared ones stays out), nor what an earlier run of it left
+        (cut short, maybe)."""
+        inductor = self.case_directory(case_id) / "inductor"
+        built = {path for path, (_, modified) in _builds(inductor).items() if modified >= self.entered_at}
+        for path in built - _builds(self.shared).keys() - self.shared_at_start.keys():
+            (self.shared / path).parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):  # another worker shared it first
+                os.link(inductor / path, self.shared / path)

@@ -83,6 +83,7 @@ def compile_caches() -> dict:
         "flags": flags,
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("TORCHINDUCTOR_", "TRITON_"))},
         "per_case": os.environ.get(COMPILE_CACHES_ENV) or "the pytest run's temporary directory",
+        "shared": "C++ builds (.so, .o), named by the hash of their source and compile command",
     }
 
 

@@ -346,12 +346,15 @@ class CaseRunner:
             if self.forking and skipped_by_marks(item):  # no code of the case runs: no child to fork (CUDA variants)
                 reports, left = self.attempt_here(item, None)
             else:
-                self.caches.enter_case(case_identity(item)["case"])
+                case_id = case_identity(item)["case"]
+                self.caches.enter_case(case_id)
                 try:
                     reports, left = self.attempt_forked(item) if self.forking else self.attempt_here(item, nextitem)
                 finally:
                     outside = self.caches.leave_case()
                 left = left + outside
+                if _outcome_of(reports)["outcome"] not in outcomes.CUT_SHORT:
+                    self.caches.share_builds(case_id)
             if self.log is not None:
                 log_cut += filter(None, [self.log.bound_case()])
             leaked += [thing for thing in left if thing not in leaked]
