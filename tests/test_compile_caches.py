@@ -58,13 +58,19 @@ def test_builds_double(case):
     assert torch.compile(double, backend="inductor")(torch.ones(4)).tolist() == [2.0] * 4
 
 
+def loaded_builds():
+    """The C++ builds under the case's own caches that this process loaded."""
+    cache = os.path.realpath(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    loaded = {line.split()[-1] for line in open("/proc/self/maps") if line.rstrip().endswith(".so")}
+    return cache, sorted(os.path.relpath(path, cache) for path in loaded if path.startswith(cache + os.sep))
+
+
 def test_writes_through_a_shared_build(case):
     # Served the C++ build of `double` that the case before shared, it overwrites the file in place:
     # every case that links it would load the garbage.
     assert torch.compile(double, backend="inductor")(torch.ones(4)).tolist() == [2.0] * 4
-    cache = os.path.realpath(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-    loaded = {line.split()[-1] for line in open("/proc/self/maps") if line.rstrip().endswith(".so")}
-    shared = [path for path in loaded if path.startswith(cache + os.sep) and os.stat(path).st_nlink > 1]
+    cache, loaded = loaded_builds()
+    shared = [os.path.join(cache, path) for path in loaded if os.stat(os.path.join(cache, path)).st_nlink > 1]
     assert shared, f"no shared build under {cache} was loaded"
     for path in shared:
         with open(path, "r+b") as built:
@@ -81,6 +87,8 @@ def quadruple(x):
 
 def test_dies_after_building(case):
     assert torch.compile(quadruple, backend="inductor")(torch.ones(4)).tolist() == [4.0] * 4
+    cache, loaded = loaded_builds()
+    pathlib.Path(cache, "loaded.txt").write_text(" ".join(loaded))
     os.kill(os.getpid(), 9)  # as a case killed at its time limit: what it built may be half-written
 
 
@@ -147,9 +155,10 @@ def test_two_cases_cannot_communicate_through_a_compile_cache(pytester, tmp_path
     # What a case cut short built is not shared: the next case to compile it builds it again.
     died = CaseCaches(caches, "gw0").case_directory(cases["dies_after_building"]["case"])
     after = CaseCaches(caches, "gw0").case_directory(cases["computes_quadruple"]["case"])
-    quadruple = [path.relative_to(died) for path in died.rglob("*.so")  # its own: not linked, not the warm-up's
-                 if path.stat().st_nlink == 1 and not (first / path.relative_to(died)).exists()]
-    assert quadruple and not any((after / name).samefile(died / name) for name in quadruple), quadruple
+    quadruple = (died / "inductor" / "loaded.txt").read_text().split()
+    assert quadruple, "the case that died loaded no build of its own"
+    served = [name for name in quadruple if (after / "inductor" / name).samefile(died / "inductor" / name)]
+    assert not served, f"a build of a case that died was shared: {served}"
     # The precompiled header the case compiled with is in its own directory: a link to the warm-up's
     # (torch's headers only, built once), never one that another case built.
     worker = CaseCaches(caches, "gw0")
