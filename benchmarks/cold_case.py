@@ -3,7 +3,8 @@
     python benchmarks/cold_case.py [--session cpu_torch215] [--cases N] [-k EXPR]
 
 In the session's venv (built with nox if missing), the session's own pytest command (one worker, each
-case forked from the warm worker, every case's compile caches empty) runs `--cases` real cases, by
+case forked from the warm worker, every case's compile caches empty but for the C++ builds the cases
+before it in this run shared: harness/plugin/compilecaches.py) runs `--cases` real cases, by
 default the first cpu/inductor case of each family that ran in the committed row (`-k` narrows them by
 substring). A probe plugin loaded beside the harness times, in each case's own process, the case's call
 and what torch's own compile metrics (torch._dynamo.utils.compile_times) say it spent on:
