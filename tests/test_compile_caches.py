@@ -37,8 +37,13 @@ def triple(x):
     return x * 3
 
 
+def compiled(program):
+    """What `program` computes on ones(4), compiled by inductor."""
+    return torch.compile(program, backend="inductor")(torch.ones(4)).tolist()
+
+
 def test_leaves_a_tampered_kernel(case):
-    assert torch.compile(triple, backend="inductor")(torch.ones(4)).tolist() == [3.0] * 4
+    assert compiled(triple) == [3.0] * 4
     cache = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
     wrappers = [path for path in cache.rglob("*.py") if "def call(" in path.read_text()]
     assert wrappers, f"no compiled wrapper under {cache}"
@@ -47,7 +52,7 @@ def test_leaves_a_tampered_kernel(case):
 
 
 def test_computes_triple(case):
-    assert torch.compile(triple, backend="inductor")(torch.ones(4)).tolist() == [3.0] * 4
+    assert compiled(triple) == [3.0] * 4
 
 
 def double(x):
@@ -55,7 +60,7 @@ def double(x):
 
 
 def test_builds_double(case):
-    assert torch.compile(double, backend="inductor")(torch.ones(4)).tolist() == [2.0] * 4
+    assert compiled(double) == [2.0] * 4
 
 
 def loaded_builds():
@@ -68,7 +73,7 @@ def loaded_builds():
 def test_writes_through_a_shared_build(case):
     # Served the C++ build of `double` that the case before shared, it overwrites the file in place:
     # every case that links it would load the garbage.
-    assert torch.compile(double, backend="inductor")(torch.ones(4)).tolist() == [2.0] * 4
+    assert compiled(double) == [2.0] * 4
     cache, loaded = loaded_builds()
     shared = [os.path.join(cache, path) for path in loaded if os.stat(os.path.join(cache, path)).st_nlink > 1]
     assert shared, f"no shared build under {cache} was loaded"
@@ -78,7 +83,7 @@ def test_writes_through_a_shared_build(case):
 
 
 def test_computes_double_after_its_build_was_written_through(case):
-    assert torch.compile(double, backend="inductor")(torch.ones(4)).tolist() == [2.0] * 4
+    assert compiled(double) == [2.0] * 4
 
 
 def quadruple(x):
@@ -86,14 +91,14 @@ def quadruple(x):
 
 
 def test_dies_after_building(case):
-    assert torch.compile(quadruple, backend="inductor")(torch.ones(4)).tolist() == [4.0] * 4
+    assert compiled(quadruple) == [4.0] * 4
     cache, loaded = loaded_builds()
     pathlib.Path(cache, "loaded.txt").write_text(" ".join(loaded))
     os.kill(os.getpid(), 9)  # as a case killed at its time limit: what it built may be half-written
 
 
 def test_computes_quadruple(case):
-    assert torch.compile(quadruple, backend="inductor")(torch.ones(4)).tolist() == [4.0] * 4
+    assert compiled(quadruple) == [4.0] * 4
 
 
 def test_compiles_with_headers_of_its_own(case):
