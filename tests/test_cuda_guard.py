@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from harness.core import records
 from harness.plugin import cudaguard
 from tests import standin_gpu
 from tests.conftest import ROOT
@@ -67,6 +68,34 @@ def test_without_nvml_and_without_a_gpu_nothing_is_guarded_and_nothing_stops(mon
         pytest.skip(f"this machine has a GPU: {cudaguard.gpu_evidence()}")
     assert summary["nvml_count"] < 0 and not summary["guarded"] and available is False, summary
 
+
+
+# In every process of the session: what of torch it had imported when it ended, in a file of its own.
+TORCH_IMPORTED_PROBE = """
+import json, os, sys
+
+
+def pytest_unconfigure(config):
+    role = config.workerinput["workerid"] if hasattr(config, "workerinput") else "controller"
+    with open(os.path.join(os.path.dirname(__file__), f"torch-in-{role}.json"), "w") as out:
+        json.dump(sorted(name for name in sys.modules if name.split(".")[0] == "torch"), out)
+"""
+
+
+@pytest.mark.usefixtures("session_env")
+def test_without_a_gpu_the_controller_of_a_session_never_imports_torch(pytester):
+    """xdist's controller runs no case. Where nothing says the machine has a GPU, its check before the
+    workers start has nothing to ask NVML, and importing torch for it cost every session's start 4 s of
+    CPU on this 2-core machine."""
+    if cudaguard.gpu_evidence():
+        pytest.skip(f"this machine has a GPU, which the controller must count: {cudaguard.gpu_evidence()}")
+    pytester.makeconftest(TORCH_IMPORTED_PROBE)
+    path = pytester.makepyfile(test_planted=OK_CASE)
+    result, results_file, _ = run_session_command(pytester, path)
+    assert result.ret == 0, result.stdout.str()[-2000:] + result.stderr.str()[-2000:]
+    assert [r["outcome"] for r in records.read(results_file) if r["kind"] == "case"] == ["pass"]
+    assert json.loads((pytester.path / "torch-in-gw0.json").read_text()), "the worker ran a torch case"
+    assert json.loads((pytester.path / "torch-in-controller.json").read_text()) == []
 
 
 @pytest.mark.usefixtures("standin_gpu_env")

@@ -90,7 +90,7 @@ def pytest_configure(config):
 
         if config.getoption("isolation") != "none":  # as each worker would, before any starts
             try:
-                cudaguard.check_countable()
+                cudaguard.check_countable_before_workers()
             except cudaguard.GpuUncountable as exc:
                 raise pytest.UsageError(f"harness: {exc}") from None
 

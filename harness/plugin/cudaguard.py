@@ -139,6 +139,14 @@ def check_countable() -> int:
     return count
 
 
+def check_countable_before_workers() -> None:
+    """check_countable as xdist's controller runs it, before any worker starts: only where something says
+    the machine has a GPU, since without one there is nothing NVML could fail to count, and asking would
+    import torch into a process that runs no case (4 s of every session's start on a 2-core machine)."""
+    if gpu_evidence():
+        check_countable()
+
+
 def guard_warm_process() -> None:
     """From now on this process (not its children) refuses every CUDA entry of REFUSED, where NVML
     counts a GPU. GpuUncountable where the machine has a GPU that NVML cannot count."""
