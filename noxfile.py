@@ -112,7 +112,11 @@ def tests(session: nox.Session) -> None:
         else ["-n", str(suite_workers()), "--dist", "loadgroup"]
     # The slowest tests, named in every run's output (CI's too): where the suite's time goes, to keep it in bounds.
     durations = [] if any(a.startswith("--durations") for a in args) else ["--durations=25"]
-    session.run("python", "-m", "pytest", *([] if sessions.targets_in(args) else ["tests/"]), *spread, *durations, *args)
+    # ... and every test's time, in a JUnit file beside the tests venv, to sum by file or by fixture.
+    junit = [] if any(a.startswith("--junit") for a in args) else \
+        [f"--junitxml={os.path.join(session.virtualenv.location, 'suite-junit.xml')}"]
+    session.run("python", "-m", "pytest", *([] if sessions.targets_in(args) else ["tests/"]), *spread, *durations,
+                *junit, *args)
     # What a fresh clone's `nox` would measure again: reported here, never a failure of the suite.
     session.run("python", "-m", "harness", "stale")
 
