@@ -113,7 +113,7 @@ def tests(session: nox.Session) -> None:
     # The slowest tests, named in every run's output (CI's too): where the suite's time goes, to keep it in bounds.
     durations = [] if any(a.startswith("--durations") for a in args) else ["--durations=25"]
     # ... and every test's time, in a JUnit file beside the tests venv, to sum by file or by fixture.
-    junit = [] if any(a.startswith("--junit") for a in args) else \
+    junit = [] if any(a.startswith(("--junitxml", "--junit-xml")) for a in args) else \
         [f"--junitxml={os.path.join(session.virtualenv.location, 'suite-junit.xml')}"]
     session.run("python", "-m", "pytest", *([] if sessions.targets_in(args) else ["tests/"]), *spread, *durations,
                 *junit, *args)

@@ -69,7 +69,6 @@ def test_without_nvml_and_without_a_gpu_nothing_is_guarded_and_nothing_stops(mon
     assert summary["nvml_count"] < 0 and not summary["guarded"] and available is False, summary
 
 
-
 # In every process of the session: what of torch it had imported when it ended, in a file of its own.
 TORCH_IMPORTED_PROBE = """
 import json, os, sys
