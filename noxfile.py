@@ -24,7 +24,7 @@ import nox
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # nox does not put it there
 
-from harness.core import limits, matrix, paths, runsession, sessions, venvs  # noqa: E402
+from harness.core import installs, limits, matrix, runsession, sessions, venvs  # noqa: E402
 from harness.core.errors import BadInput  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
@@ -62,7 +62,7 @@ def run_cases(session: nox.Session, spec: matrix.Session) -> None:
     link_venv_by_name(session, spec)
 
     def install() -> None:
-        for name, value in venvs.install_environment().items():
+        for name, value in installs.install_environment().items():
             session.log(f"installing with {name}={value} from the environment (recorded in the results)")
         venvs.install_pins(session, spec)
 
@@ -99,7 +99,9 @@ def suite_workers() -> int:
 
 @nox.session(python=DEFAULT_SESSION.python, download_python="never", default=False)
 def tests(session: nox.Session) -> None:
-    """Run the harness's own test suite (real torch, real compile, real nox) on a worker a core; pytest arguments narrow it (`-- tests/test_x.py -k y`, `-n 1`); then say which rows of the table are stale."""
+    """Run the harness's own test suite (real torch, real compile, real nox), a worker a core; then the stale rows.
+
+    pytest arguments narrow it (`-- tests/test_x.py -k y`, `-n 1`)."""
     args = list(session.posargs)
     missing = sessions.missing_files(args)
     if missing:  # before any install; and under pytest-xdist, pytest's own "not found" error is lost
@@ -121,15 +123,26 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "harness", "stale")
 
 
+@nox.session(venv_backend="none", default=False)
+def lint(session: nox.Session) -> None:
+    """ruff on the project and mypy on the harness (pyproject.toml's rules), with the set-up venv's tools.
+
+    ruff's rules: pycodestyle with the line length, pyflakes, import order, bugbear."""
+    session.run(sys.executable, "-m", "ruff", "check", *(session.posargs or ["."]))
+    session.run(sys.executable, "-m", "mypy")
+
+
 # Sessions that run a `python -m harness` command with the session's arguments: name -> what it does.
 COMMANDS = {
-    "report": "Merge results/*.jsonl into REPORT.md, report.html and report.json (args: see python -m harness report -h).",
+    "report": "Merge results/*.jsonl into REPORT.md, report.html and report.json (args: python -m harness report -h).",
     "repro": "Write one case as a standalone script, run it in a session's venv, print an issue-ready report (args: "
              "CASE_ID [--session S] [--out FILE] [--no-run]).",
     "bisect": "Run one case across the matrix's torch versions (or Lightning releases at one torch) and name where its "
               "outcome changes (args: CASE_ID [--from 2.1] [--to 2.15] [--no-build] [--along lightning --torch 2.5]).",
     "sweep": "Run a script in the venv of every torch row in a range (or Lightning release at one torch) and print the "
              "version table (args: SCRIPT [--from 2.12] [--to 2.15] [--no-build] [--along lightning --torch 2.5]).",
+    "explore": "Draw many more examples for the property cases in a session's venv, shrinking what fails, into "
+               "results/explore/ (args: SESSION [--examples N] [pytest args]).",
     "reduce": "Reduce a case's export (or a script) to the smallest plain-torch script that still shows its bug (args: "
               "CASE_ID --session S [--time-limit 600] | --script SCRIPT --session S).",
 }
@@ -146,30 +159,3 @@ def _command_session(command: str, description: str) -> None:
 
 for _command, _description in COMMANDS.items():
     _command_session(_command, _description)
-
-
-@nox.session(venv_backend="none", default=False)
-def explore(session: nox.Session) -> None:
-    """Draw many more examples for the property cases in one matrix session's venv, shrinking what fails; results in results/explore/ (args: SESSION [--examples N] [pytest args])."""
-    from harness.plugin import properties
-
-    args = list(session.posargs)
-    if not args or args[0].startswith("-"):
-        session.error("name a matrix session first: nox -s explore -- cpu_torch215 [--examples N] [pytest args]")
-    try:
-        spec = matrix.find(args.pop(0))
-    except matrix.MatrixError as exc:
-        session.error(str(exc))
-    examples = "200"
-    if "--examples" in args:
-        at = args.index("--examples")
-        examples = args[at + 1] if at + 1 < len(args) else ""
-        del args[at:at + 2]
-    if not examples.isdigit() or int(examples) < 1:
-        session.error(f"--examples wants a positive number of examples, not {examples!r}")
-    venv = venvs.venv_of(venvs.ensure_venv(spec.name))
-    env = {**runsession.session_env(spec, venv), properties.EXPLORE_ENV: examples}
-    select = [] if "-k" in args else ["-k", "property"]
-    explored = paths.results_subdir(paths.EXPLORE)  # apart from the table's records
-    session.run(str(venvs.python_in(venv)), *sessions.pytest_args(spec, [*select, "--results-dir",
-                                                                           str(explored), *args]), env=env)

@@ -120,7 +120,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=[plan.name for plan in PLANS], default=DEFAULT)
     parser.add_argument("--list", action="store_true", help="print the runs and exit")
-    parser.add_argument("--work", type=pathlib.Path, default=None, help="where the runs' files go (default: a temporary folder)")
+    parser.add_argument("--work", type=pathlib.Path, default=None,
+                        help="where the runs' files go (default: a temporary folder)")
     args = parser.parse_args(argv)
     if args.list:
         for plan in PLANS:

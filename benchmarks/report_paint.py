@@ -82,7 +82,8 @@ def main(argv=None) -> int:
         print("report_paint: needs chromium and chromedriver (apt-get install chromium chromium-driver)",
               file=sys.stderr)
         return 2
-    print(f"{'page':<40} {'bytes':>10} {'first paint':>12} {'DOM ready':>10} {'load':>8} {'record':>8}  (ms, median of {args.runs})")
+    print(f"{'page':<40} {'bytes':>10} {'first paint':>12} {'DOM ready':>10} {'load':>8} {'record':>8}  "
+          f"(ms, median of {args.runs})")
     for page in args.pages:
         if not page.is_file():
             print(f"report_paint: no page at {page}", file=sys.stderr)
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
         runs = [one_load(page) for _ in range(args.runs)]
         medians = [statistics.median([r[i] for r in runs if r[i] is not None] or [float("nan")]) for i in range(4)]
         print(f"{str(page)[-40:]:<40} {page.stat().st_size:>10,} " + " ".join(
-            f"{m:>{w}.0f}" for m, w in zip(medians, (12, 10, 8, 8))))
+            f"{m:>{w}.0f}" for m, w in zip(medians, (12, 10, 8, 8), strict=True)))
     return 0
 
 

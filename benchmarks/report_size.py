@@ -40,7 +40,7 @@ def mirror_cuda(table: pathlib.Path, into: pathlib.Path) -> int:
                     "plain": twin_name}
         writer.write({**environment, "session": twin_name, "identity": identity, "gpu": "synthetic"})
         cases = {r["case"]: r for r in found[1:] if r["kind"] == "case"}
-        for case, record in cases.items():
+        for case in cases:
             twin = cases.get(case.replace("[cuda-", "[cpu-", 1))
             if "[cuda-" not in case or twin is None:
                 continue

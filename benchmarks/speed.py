@@ -44,7 +44,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout, for `harness`
 
-from harness.core import matrix, paths, records, sessions, timings, venvs  # noqa: E402
+from harness.core import installs, matrix, paths, records, sessions, timings, venvs  # noqa: E402
 from harness.core.paths import ROOT  # noqa: E402
 
 
@@ -66,7 +66,7 @@ def python_for(spec: matrix.Session) -> str:
 
 
 def env_creation(spec, work: pathlib.Path, skip_cold_pip: bool) -> dict:
-    requirements = [*spec.requirements, *venvs.HARNESS_REQUIREMENTS]
+    requirements = [*spec.requirements, *installs.HARNESS_REQUIREMENTS]
     python = python_for(spec)
     figures = {}
     uv_cold_cache = work / "uv-cache"
@@ -124,7 +124,7 @@ def session_runs(spec, work: pathlib.Path, select: list[str]) -> dict:
     figures["warm/cold"] = figures["session warm"] / figures["session cold"]
     venv = venvs.venv_dir(spec.name, envdir)
     figures["venv bytes"] = venv_bytes(venv)
-    figures["torch wheel"] = venvs.installed_torch_wheel(venv)
+    figures["torch wheel"] = installs.installed_torch_wheel(venv)
     figures["families"] = per_family(results / f"{spec.name}.jsonl")
     return figures
 
@@ -305,18 +305,22 @@ def main() -> None:
             costs = figures["isolation"] = isolation_cost(spec, work, select, args.rounds)
             for mode in ("none", "fork"):
                 rounds = ", ".join(f"{s:.1f}" for s in costs["rounds"][mode])
-                print(f"  session's command, --isolation={mode:5s}       {costs[mode]:7.1f} s  (median of {rounds}; cold)")
+                print(f"  session's command, --isolation={mode:5s}       {costs[mode]:7.1f} s  "
+                      f"(median of {rounds}; cold)")
             print(f"  cost of a process per case               {costs['cost'] * 100:6.1f} %  (budget 25 %)")
         if "workers" in parts:
             runs = figures["workers"] = worker_counts(spec, work)
-            print(f"  session cold at 1 worker                 {runs['wall 1']:7.1f} s  (pytest {runs['pytest 1']} s)")
-            print(f"  session cold at the chosen count         {runs['wall chosen']:7.1f} s  (pytest {runs['pytest chosen']} s; "
-                  f"{runs['chosen']})")
-            print(f"  cells that differ between the two        {len(runs['differ']):7d} of {runs['cells']}: {runs['differ'][:10]}")
+            print(f"  session cold at 1 worker                 {runs['wall 1']:7.1f} s  "
+                  f"(pytest {runs['pytest 1']} s)")
+            print(f"  session cold at the chosen count         {runs['wall chosen']:7.1f} s  "
+                  f"(pytest {runs['pytest chosen']} s; {runs['chosen']})")
+            print(f"  cells that differ between the two        {len(runs['differ']):7d} of {runs['cells']}: "
+                  f"{runs['differ'][:10]}")
         if "rerun" in parts:
             runs = figures["rerun"] = rerun(spec, work)
-            print(f"  a second run, nothing changed            {runs['second run']:7.1f} s  ({runs['records']} records; "
-                  f"results file byte-identical: {runs['byte-identical']}; target < 5 s)")
+            print(f"  a second run, nothing changed            {runs['second run']:7.1f} s  "
+                  f"({runs['records']} records; results file byte-identical: {runs['byte-identical']}; "
+                  "target < 5 s)")
         if "matrix" in parts:
             results = pathlib.Path(args.results).resolve() if args.results else work / "matrix-results"
             runs = figures["matrix"] = matrix_runs(work, results, args.changed_family, args.tag)

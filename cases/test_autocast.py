@@ -15,9 +15,9 @@ fp16 and bf16 on CUDA. The device-argument spellings `torch.is_autocast_enabled(
 import contextlib
 import dataclasses
 
-from hypothesis import assume
 import pytest
 import torch
+from hypothesis import assume
 from torch.utils.checkpoint import checkpoint
 
 from harness.plugin.casekit import TOLERANCES, OpLog
@@ -74,17 +74,18 @@ def check_dtypes(case, fn, device, dtype, compiled=None):
         outputs = f(x, w)
         with OpLog() as log:
             sum(o.float().sum() for o in outputs).backward()
-        return [f"{op}:{str(o.dtype).replace('torch.', '')}" for op, o in zip(("mm", "sigmoid", "mse_loss"), outputs)], log.ops
+        return [f"{op}:{str(o.dtype).replace('torch.', '')}"
+                for op, o in zip(("mm", "sigmoid", "mse_loss"), outputs, strict=True)], log.ops
     before, compiled = autocast_state(device), compiled or case.compile(fn)
     x, w = torch.randn(4, 8, device=device, requires_grad=True), torch.randn(8, 8, device=device, requires_grad=True)
     case.check(fn, x, w, compiled=compiled, tolerances=TOLERANCES[dtype])
-    (eager_fwd, eager_bwd), (fwd, bwd) = step(fn), step(compiled)
-    case.record(forward_dtypes={"eager": eager_fwd, "compiled": fwd}, backward_matmuls={"eager": eager_bwd, "compiled": bwd})
+    (eager_fw, eager_bw), (fw, bw) = step(fn), step(compiled)
+    case.record(forward_dtypes=dict(eager=eager_fw, compiled=fw), backward_matmuls=dict(eager=eager_bw, compiled=bw))
     assert autocast_state(device) == before, "autocast state leaked out of the compiled code"
-    assert eager_fwd[0] == f"mm:{dtype}".replace("torch.", "") and len(eager_bwd) == 3, f"eager: {eager_fwd}, {eager_bwd}"
-    assert fwd == eager_fwd, f"forward op dtypes: compiled {fwd}, eager {eager_fwd}"
-    assert sorted(bwd) == sorted(eager_bwd), f"backward matmuls: compiled {bwd}, eager {eager_bwd}" + (
-        "; the checkpointed function was not recomputed" if len(bwd) < len(eager_bwd) else "")
+    assert eager_fw[0] == f"mm:{dtype}".replace("torch.", "") and len(eager_bw) == 3, f"eager: {eager_fw}, {eager_bw}"
+    assert fw == eager_fw, f"forward op dtypes: compiled {fw}, eager {eager_fw}"
+    assert sorted(bw) == sorted(eager_bw), f"backward matmuls: compiled {bw}, eager {eager_bw}" + (
+        "; the checkpointed function was not recomputed" if len(bw) < len(eager_bw) else "")
 
 
 # --- where autocast is entered ----------------------------------------------------------------
@@ -131,7 +132,8 @@ def check_eager_checkpoint_runs(case, compiled_body, device, dtype, **checkpoint
     def step_fn(fn, key):  # fn under an eager checkpoint, under autocast; notes each run of fn in runs[key]
         def run(x, w):
             outputs = fn(x, w)
-            runs[key].append([f"{op}:{str(o.dtype).replace('torch.', '')}" for op, o in zip(("mm", "sigmoid", "mse_loss"), outputs)])
+            runs[key].append([f"{op}:{str(o.dtype).replace('torch.', '')}"  # case.check reports a count that differs
+                              for op, o in zip(("mm", "sigmoid", "mse_loss"), outputs, strict=False)])
             return outputs
         def step(x, w):
             with torch.autocast(device, dtype=dtype):
@@ -194,7 +196,8 @@ def test_context_fn_restores_autocast_eager_checkpoint_of_compiled(case, device,
 
 # --- property cases (harness/plugin/properties.py): programs drawn around autocast ---------------------------
 
-PINNED_AUTOCAST = [AutocastProgram(), AutocastProgram(autocast_at="outside"), AutocastProgram(autocast_at="inside_body")]
+PINNED_AUTOCAST = [AutocastProgram(), AutocastProgram(autocast_at="outside"),
+                   AutocastProgram(autocast_at="inside_body")]
 
 
 def check_autocast_program(case, program, device, backend):
@@ -217,7 +220,8 @@ def check_autocast_program(case, program, device, backend):
             outputs[-1].float().sum().backward()
         return [str(o.dtype).replace("torch.", "") for o in outputs], log.ops
     (eager_fwd, eager_bwd), (fwd, bwd) = step(eager), step(compiled)
-    case.record(forward_dtypes={"eager": eager_fwd, "compiled": fwd}, backward_matmuls={"eager": eager_bwd, "compiled": bwd})
+    case.record(forward_dtypes={"eager": eager_fwd, "compiled": fwd},
+                backward_matmuls={"eager": eager_bwd, "compiled": bwd})
     assert autocast_state(device) == before, "autocast state leaked out of the compiled code"
     assert fwd == eager_fwd, f"forward op dtypes: compiled {fwd}, eager {eager_fwd}"
     assert sorted(bwd) == sorted(eager_bwd), f"backward matmuls: compiled {bwd}, eager {eager_bwd}" + (

@@ -19,9 +19,9 @@ import dataclasses
 import functools
 import inspect
 
-from hypothesis import assume
 import pytest
 import torch
+from hypothesis import assume
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
@@ -57,8 +57,8 @@ TE_BUG = (
                              until="2.1"),
     pytest.mark.upstream_bug(TE_890, raises="AttributeError", match="'SkipFilesVariable' object has no attribute 'fn'",
                              since="2.2", until="2.2"),
-    pytest.mark.upstream_bug(TE_890, raises="NotImplementedError", match=r"checkpoint not implemented for .* context_fn",
-                             since="2.3"),
+    pytest.mark.upstream_bug(TE_890, raises="NotImplementedError",
+                             match=r"checkpoint not implemented for .* context_fn", since="2.3"),
 )
 
 
@@ -212,7 +212,8 @@ def check_contexts_active(case, context_fn, seen, device):
         out.sum().backward()
         contexts[step] = {"forward_pass": sorted(set(seen[:forward])), "backward_pass": sorted(set(seen[forward:]))}
     case.record(contexts=contexts)
-    assert "forward" in contexts["eager"]["forward_pass"] and "recompute" in contexts["eager"]["backward_pass"], contexts
+    assert "forward" in contexts["eager"]["forward_pass"] and "recompute" in contexts["eager"]["backward_pass"], \
+        contexts
     if case.backend != "eager":  # what the design promises: the forward context is entered while tracing
         assert "forward" in contexts["compiled_first_run"]["forward_pass"], f"contexts never entered: {contexts}"
     assert contexts["compiled"] == contexts["eager"], f"contexts active at run time: {contexts}"
@@ -277,7 +278,8 @@ def test_sac_private_context_fn_gen(case, device, backend, fullgraph, experiment
         return torch.utils.checkpoint._pt2_selective_checkpoint_context_fn_gen(
             lambda mode, op, *args, **kwargs: op == torch.ops.aten.mm.default)
     with torch._dynamo.config.patch(_experimental_support_context_fn_in_torch_utils_checkpoint=experimental_flag):
-        check_recomputes(case, lambda x, w: checkpoint(mm_sigmoid, x, w, use_reentrant=False, context_fn=context_fn), device, 2)
+        check_recomputes(case, lambda x, w: checkpoint(mm_sigmoid, x, w, use_reentrant=False, context_fn=context_fn),
+                         device, 2)
 
 
 # --- the real TransformerEngine checkpoint --------------------------------------------------
@@ -293,7 +295,8 @@ def test_transformer_engine_checkpoint(case, device, backend, fullgraph):
     import transformer_engine.pytorch as te
 
     # TE < 1.5: checkpoint(function, distribute_saved_activations, get_rng_state_tracker, tp_group, *args)
-    legacy = (False, None, None) if "distribute_saved_activations" in inspect.signature(te.checkpoint).parameters else ()
+    legacy = ((False, None, None) if "distribute_saved_activations" in inspect.signature(te.checkpoint).parameters
+              else ())
     check_recomputes(case, lambda x, w: te.checkpoint(mm_sigmoid, *legacy, x, w, use_reentrant=False), device)
 
 

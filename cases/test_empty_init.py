@@ -51,8 +51,13 @@ import torch
 from harness.plugin.casekit import need
 from harness.plugin.properties import explore
 from programs.empty_init import (
-    EmptyInitOpProgram, EmptyInitProgram, check_empty_init_program, empty_init_op_programs, empty_init_programs,
-    figures)
+    EmptyInitOpProgram,
+    EmptyInitProgram,
+    check_empty_init_program,
+    empty_init_op_programs,
+    empty_init_programs,
+    figures,
+)
 from programs.op_programs import check_op_program
 from programs.opcall import OpCall, op_calls
 from programs.opinfo import about, need_op_db
@@ -176,7 +181,8 @@ def test_init_call_in_compiled_fn(case, device, backend, fullgraph, enabled):
     check_mode_effect(case, init_both, case.compile(init_both), lambda: _EmptyInit(enabled=enabled), enabled, device)
 
 
-@pytest.mark.parametrize("fullgraph", [False, pytest.param(True, marks=MODE_IN_REGION)], ids=["graphbreaks", "fullgraph"])
+@pytest.mark.parametrize("fullgraph", [False, pytest.param(True, marks=MODE_IN_REGION)],
+                         ids=["graphbreaks", "fullgraph"])
 @pytest.mark.parametrize("enabled", ENABLED)
 def test_init_call_with_mode_entered_inside(case, device, backend, fullgraph, enabled):
     # The compiled function enters _EmptyInit itself, then calls torch.nn.init.
@@ -197,7 +203,8 @@ def test_module_built_in_compiled_fn(case, device, backend, fullgraph, enabled):
 
 @PARAM_CTOR
 @PARAM_CTOR_BUG
-@pytest.mark.parametrize("fullgraph", [False, pytest.param(True, marks=MODE_IN_REGION)], ids=["graphbreaks", "fullgraph"])
+@pytest.mark.parametrize("fullgraph", [False, pytest.param(True, marks=MODE_IN_REGION)],
+                         ids=["graphbreaks", "fullgraph"])
 @pytest.mark.parametrize("enabled", [True, False], ids=["enabled", "disabled"])
 def test_module_built_with_mode_entered_inside(case, device, backend, fullgraph, enabled):
     _EmptyInit = need("lightning.fabric.utilities.init._EmptyInit")
@@ -250,7 +257,8 @@ def test_dynamic_fullgraph_call_under_mode(case, device, backend, fullgraph, mod
     else:
         make_mode = functools.partial(need("lightning.fabric.utilities.init._EmptyInit"), mode == "empty_init_enabled")
     block = Block().to(device)
-    eager, compiled = UnderMode(block, make_mode), UnderMode(case.compile(copy.deepcopy(block), dynamic=True), make_mode)
+    eager, compiled = (UnderMode(block, make_mode),
+                       UnderMode(case.compile(copy.deepcopy(block), dynamic=True), make_mode))
     case.check(eager, x_on(device), compiled=compiled)
     case.record(mode=mode, sentinel_initialised_eager=eager.initialised, sentinel_initialised=compiled.initialised)
     expected = mode == "empty_init_disabled"
@@ -319,7 +327,8 @@ def test_reporter_flow_fit_save_load_infer(case, backend, fullgraph, layer, unde
             model = Lit.load_from_checkpoint(tmp_path / "m.ckpt", warmup=True)
         rng_advanced = not torch.equal(before, torch.get_rng_state())
         case.record(rng_advanced_during_load=rng_advanced)
-        assert rng_advanced is not bool(empty_init), f"empty_init={empty_init}: RNG advanced while building and loading: {rng_advanced}"
+        assert rng_advanced is not bool(empty_init), \
+            f"empty_init={empty_init}: RNG advanced while building and loading: {rng_advanced}"
         out = model(x)
     else:
         model = Lit.load_from_checkpoint(tmp_path / "m.ckpt")

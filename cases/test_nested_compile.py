@@ -36,12 +36,17 @@ import torch
 from harness.plugin.casekit import GraphRecorder, need
 from harness.plugin.properties import explore
 from programs.nested_compile import (
-    NestedOpProgram, NestedProgram, check_compiled_fn_program, check_region_program, nested_op_programs,
-    nested_programs)
+    NestedOpProgram,
+    NestedProgram,
+    check_compiled_fn_program,
+    check_region_program,
+    nested_op_programs,
+    nested_programs,
+)
 from programs.op_programs import check_op_program
 from programs.opcall import OpCall, op_calls
-from shared_declarations import FULLGRAPH_REFUSES_GRAPH_BREAK
 from programs.opinfo import about, need_op_db
+from shared_declarations import FULLGRAPH_REFUSES_GRAPH_BREAK
 
 # invoke_subgraph's backward, run by eager autograd, looks for a fake mode that only tracing has:
 # torch 2.8.0 reads `fake_mode.shape_env` of None (torch/_higher_order_ops/invoke_subgraph.py,

@@ -26,7 +26,8 @@ def check_env(args) -> int:
     session = matrix.find(args.session)
     found = envcheck.check(session, gpu=not args.no_gpu)
     cuda = f" (CUDA {found['cuda']})" if found.get("cuda") else ""
-    print(f"{session.name}: torch {found['torch']}{cuda}, lightning {found['lightning']} match the session's pins, and its tools are installed")
+    print(f"{session.name}: torch {found['torch']}{cuda}, lightning {found['lightning']} match the session's pins, "
+          "and its tools are installed")
     return 0
 
 
@@ -41,12 +42,15 @@ def stale(args) -> int:
     (staleness is reported, not a failure), 1 with --check when one is."""
     from harness.report import staleness
 
-    table = pathlib.Path(args.results) if args.results else paths.results_dir()
-    if not table.is_dir():
-        raise BadInput(f"{table}: no such directory of results")
-    found = staleness.stale_rows(table)
-    print(staleness.explain(found, len(paths.results_files(table))))
-    return 1 if args.check and found else 0
+    for table in args.results:
+        if not table.is_dir():
+            raise BadInput(f"{table}: no such directory of results")
+    stale_anywhere = False
+    for table in args.results:
+        found = staleness.stale_rows(table)
+        print(staleness.explain(found, len(paths.results_files(table))))
+        stale_anywhere = stale_anywhere or bool(found)
+    return 1 if args.check and stale_anywhere else 0
 
 
 def findings(args) -> int:
@@ -54,7 +58,8 @@ def findings(args) -> int:
     catalogue: 0 when all were up to date (or are now); with --check, 1 when one differs, writing none,
     when a finding's script, swept, and its cells on the committed table disagree unexplained, or when
     a finding gives no history of the code it blames."""
-    from harness.report import finding_issue, findings as catalogue, render
+    from harness.report import finding_issue, render
+    from harness.report import findings as catalogue
 
     found = catalogue.load()
     differed = finding_issue.write_issues(found, check=args.check)
@@ -75,15 +80,17 @@ def regressions(args) -> int:
     """Each finding's regression tests in each row's venv, held to the committed table (harness.report.regressions)."""
     from harness.report import regressions as held
 
-    return held.check(args.sessions, python=args.python, results=pathlib.Path(args.results) if args.results else None,
-                      numbers=args.finding)
+    if len(args.results) > 1:
+        raise BadInput("regressions holds the tests to one table: give --results one DIR")
+    return held.check(args.sessions, python=args.python, results=args.results[0], numbers=args.finding)
 
 
 def report(args) -> int:
     """Write the report; its exit status is the nightly's: 1 for each reason printed (an expected
     session without a complete results file; a regression or a new failing case against the
     baseline unless --no-fail-on-regression), 2 for bad input (nothing written)."""
-    from harness.report import committed, render as reporting
+    from harness.report import committed
+    from harness.report import render as reporting
 
     dirs = args.dirs or [paths.results_dir()]
     expect = list(dict.fromkeys(name for item in args.expect or [] for name in re.split(r"[,\s]+", item) if name))
@@ -124,13 +131,14 @@ def repro(args) -> int:
         caseid.check_exists(args.case)
         if not args.python:
             preflight.check_session(args.session)
-            preflight.check_case(args.case, args.envdir, args.session, [paths.results_dir(), *args.results])
+            preflight.check_case(args.case, args.envdir, args.session, args.results)
     return reproduction.command(args)
 
 
 def bisect(args) -> int:
     from harness.core import caseid
-    from harness.tools import bisect as bisection, preflight, targets
+    from harness.tools import bisect as bisection
+    from harness.tools import preflight, targets
 
     if bool(args.case) == bool(args.script):
         raise BadInput("bisect takes a CASE_ID or --script SCRIPT (one of them)")
@@ -162,18 +170,28 @@ def gpu_step(args) -> int:
     return cli.main(cli.parser(OneLineParser).parse_args(args.step_args))
 
 
+def explore(args) -> int:
+    from harness.tools import explore as exploring
+
+    return exploring.command(args.session, args.examples, args.pytest_args)
+
+
 def lightning_newest(args) -> int:
     from harness.tools import lightning_releases
 
     return lightning_releases.command(args)
 
 
-def add_table(command) -> None:
-    command.add_argument("--results", metavar="DIR", help="the table (default: the results dir)")
+def add_results(command) -> None:
+    """Where a command reads results files: one option, one meaning (the default read when the parser is built, so
+    that $HARNESS_RESULTS_DIR of the run applies)."""
+    command.add_argument("--results", nargs="+", metavar="DIR", type=pathlib.Path, default=[paths.results_dir()],
+                         help="directories of results files to read instead of the results dir (the table)")
 
 
 def add_device(command) -> None:
-    command.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="which sessions of each row (default cpu)")
+    command.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                         help="which sessions of each row (default cpu)")
 
 
 def add_envdir(command) -> None:
@@ -202,6 +220,8 @@ def add_axis(command, first: str, last: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
+    from harness.tools.explore import DEFAULT_EXAMPLES
+
     main = OneLineParser(prog="python -m harness")
     commands = main.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check-env", help="check the running environment against a session's pins")
@@ -218,7 +238,7 @@ def parser() -> argparse.ArgumentParser:
     run.set_defaults(func=run_session)
     stl = commands.add_parser("stale", help="which rows of the table were measured with other code or installs "
                               "than this checkout's, by family, and the command that measures them again")
-    add_table(stl)
+    add_results(stl)
     stl.add_argument("--check", action="store_true", help="exit 1 when a row is stale")
     stl.set_defaults(func=stale)
     fnd = commands.add_parser("findings", help="write each finding's issue text (results/reductions/*.md) with its "
@@ -231,7 +251,7 @@ def parser() -> argparse.ArgumentParser:
     reg.add_argument("--python", metavar="PYTHON", help="with one session: an interpreter with the row's torch "
                      "(default: the session's venv under .nox)")
     reg.add_argument("--finding", type=int, action="append", metavar="N", help="only finding N (repeatable)")
-    add_table(reg)
+    add_results(reg)
     reg.set_defaults(func=regressions)
     rep = commands.add_parser("report", help="merge results files into REPORT.md, report.html, report.json")
     rep.add_argument("dirs", nargs="*", metavar="DIR", help="directories of *.jsonl results (default: results)")
@@ -260,10 +280,10 @@ def parser() -> argparse.ArgumentParser:
     rpr.add_argument("--out", metavar="PATH", help="the script (default results/repro/repro_<case>.py; the issue goes "
                      "beside it as .md); with --all, the directory of the scripts")
     rpr.add_argument("--no-run", action="store_true", help="write the script only")
-    rpr.add_argument("--python", metavar="PATH", help="collect and run with this interpreter instead of a session's venv")
+    rpr.add_argument("--python", metavar="PATH",
+                     help="collect and run with this interpreter instead of a session's venv")
     add_envdir(rpr)
-    rpr.add_argument("--results", nargs="+", metavar="DIR", default=[],
-                     help="more directories of results files for the issue's table of versions")
+    add_results(rpr)  # the issue's table of versions
     rpr.add_argument("--jobs", type=int, default=1, metavar="N", help="with --all, scripts run at a time (default 1)")
     rpr.add_argument("--all", action="store_true", help="every case of --session, each script run and its outcome "
                      "compared with the session's results file; exit 1 on a mismatch or a script over 120 lines")
@@ -291,7 +311,8 @@ def parser() -> argparse.ArgumentParser:
     swp.add_argument("--memory-limit", metavar="SIZE", help="data memory of the script: N%% of this machine's or "
                      "a size (8G); 0 for none (default $HARNESS_MEMORY_LIMIT or 75%%, as sessions)")
     swp.add_argument("--env", action="append", default=[], metavar="VERSION=PYTHON",
-                     help="run in these interpreters instead of the matrix's venvs (repeatable): a torch-only venv, say")
+                     help="run in these interpreters instead of the matrix's venvs (repeatable): a torch-only venv, "
+                          "say")
     swp.add_argument("--out", metavar="PATH", help="the version table, Markdown (default results/sweep/SCRIPT.md)")
     swp.add_argument("--issue", action="store_true", help="also write the issue in PyTorch's bug template beside "
                      "the table (.issue.md): versions, output and collect_env of the newest failing one")
@@ -311,6 +332,12 @@ def parser() -> argparse.ArgumentParser:
     add_no_build(red)
     add_envdir(red)
     red.set_defaults(func=reduce)
+    xpl = commands.add_parser("explore", help="the property cases with many more examples in a session's venv, "
+                              "shrinking what fails; records in results/explore/")
+    xpl.add_argument("session", nargs="?", metavar="SESSION", help="a matrix session, e.g. cpu_torch215")
+    xpl.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES, metavar="N",
+                     help=f"examples per property and cell (default {DEFAULT_EXAMPLES})")
+    xpl.set_defaults(func=explore, takes_pytest_args=True)  # the arguments it does not know go to pytest
     exp = commands.add_parser("explore-summary", help="what an explore run found: its failing signatures, new "
                               "ones first, with their shrunk examples")
     exp.add_argument("dirs", nargs="*", metavar="DIR", help="the run's results (default: the results dir's explore/); "
@@ -361,7 +388,8 @@ def explore_summary(args) -> int:
     from harness.report import explore
 
     folders = [pathlib.Path(d) for d in args.dirs] or [paths.results_subdir(paths.EXPLORE)]
-    environments, cells = explore.explored([f for folder in folders for f in explore.results_files(folder, args.session)])
+    files = [f for folder in folders for f in explore.results_files(folder, args.session)]
+    environments, cells = explore.explored(files)
     text = explore.markdown(environments, cells)
     print(text)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -386,7 +414,11 @@ def run(argv=None) -> int:
     if argv[:1] == ["gpu"]:  # its steps parse their own options (argparse's REMAINDER cannot pass `-h` on)
         args = argparse.Namespace(command="gpu", func=gpu_step, step_args=argv[1:])
     else:
-        args = parser().parse_args(argv)
+        args, unknown = parser().parse_known_args(argv)
+        if getattr(args, "takes_pytest_args", False):
+            args.pytest_args = unknown
+        elif unknown:
+            parser().error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "repro" and not args.case and not args.all:
         parser().error("repro needs a CASE_ID, or --all with --session")
     try:

@@ -141,8 +141,8 @@ class ActRun:
 
     def job_results(self) -> dict[str, str]:
         """Display name of each job that ran -> 'succeeded' or 'failed'."""
-        return {m[1].strip(): m[2] for m in re.finditer(JOB_PREFIX.pattern + r"\s+🏁\s+Job (succeeded|failed)", self.log,
-                                                re.MULTILINE)}
+        return {m[1].strip(): m[2]
+                for m in re.finditer(JOB_PREFIX.pattern + r"\s+🏁\s+Job (succeeded|failed)", self.log, re.MULTILINE)}
 
     def artifact(self, name: str, dest: pathlib.Path) -> pathlib.Path:
         """An uploaded artifact, unpacked into dest (act's artifact server keeps one zip per name)."""
@@ -172,7 +172,8 @@ def run_act(repo: pathlib.Path, event: str, payload: pathlib.Path, workflow: str
     artifacts = work / "artifacts"
     command = [ACT, event, "-W", f".github/workflows/{workflow}", "-e", str(payload),
                "-P", "ubuntu-latest=-self-hosted", "--artifact-server-path", str(artifacts),
-               "--artifact-server-port", str(free_port()),  # act's fixed default: two runs at once would share one server
+               # act's fixed default port: two runs at once would share one server
+               "--artifact-server-port", str(free_port()),
                "--cache-server-path", str(work / "cache"), "--action-offline-mode",
                # the host workspaces (a job's checkout and venvs: 5 GB a run) go with the test's own
                # folder, not into ~/.cache/act, where every run left its own

@@ -99,7 +99,8 @@ def test_the_act_run_fails_when_the_default_branch_is_read_from_the_payload(tmp_
     workflow = repo / ".github" / "workflows" / "nightly.yml"
     workflow.write_text(workflow.read_text().replace(
         "          THIS_RUN: ${{ github.run_id }}\n          SESSIONS:",
-        "          THIS_RUN: ${{ github.run_id }}\n          DEFAULT_BRANCH: ${{ github.event.repository.default_branch }}\n"
+        "          THIS_RUN: ${{ github.run_id }}\n"
+        "          DEFAULT_BRANCH: ${{ github.event.repository.default_branch }}\n"
         "          SESSIONS:"))
     act_runner.git(repo, "commit", "-q", "-am", "the branch from the payload")
     run, _ = nightly(tmp_path, toolcache, "sessions", repo=repo)
@@ -141,7 +142,8 @@ def test_a_pass_turned_to_fail_turns_the_pull_request_red_on_the_cases_line(tmp_
     # the case's first line as pytest reports it (its decorators, then its def)
     assert where["file"] == SMALL_FAMILY and "def test_property_recompile_op" in "\n".join(
         planted[where["line"] - 1:where["line"] + 5])
-    assert f"file={SMALL_FAMILY},line={where['line']},title=regressed against the baseline::" in run.log  # the annotation
+    assert (f"file={SMALL_FAMILY},line={where['line']},title=regressed against the baseline::"
+            in run.log)  # the annotation
 
 
 def test_known_bug_cells_leave_the_pull_request_green(tmp_path, toolcache):

@@ -9,7 +9,8 @@ import pytest
 
 from harness.core import matrix, sessions, venvs, versions
 from harness.core.errors import BadInput
-from harness.tools import bisect, lightning_releases, targets as bisect_targets
+from harness.tools import bisect, lightning_releases
+from harness.tools import targets as bisect_targets
 from harness.tools.repro import collector
 from tests.conftest import CHECKOUT_VENVS, ROOT
 
@@ -70,7 +71,7 @@ def test_a_bisection_runs_about_log2_n_plus_one_versions(monkeypatch, tmp_path, 
     search = bisect.Bisection(targets, CASE, build=True, envdir=None)
     search.search(every=False)
     ran = sorted(search.results)
-    changes = [(a, b) for a, b in zip(ran, ran[1:]) if outcomes[a] != outcomes[b]]
+    changes = [(a, b) for a, b in zip(ran, ran[1:], strict=False) if outcomes[a] != outcomes[b]]
     if len(set(outcomes)) == 1:
         assert ran == [0, len(outcomes) - 1] and not builds
     else:
@@ -138,7 +139,8 @@ needs_registry = pytest.mark.skipif("not registry_reachable()", reason="the pack
 def test_along_lightning_the_releases_from_the_rows_own_to_the_newest_that_supports_its_torch(tmp_path):
     era, newest = matrix.find("cpu_torch25"), matrix.find("cpu_torch25_lightning_newest")
     shared = venvs.python_in(venvs.lightning_venv(era, tmp_path))
-    targets = bisect_targets.lightning_targets("2.5", envdir=tmp_path)  # nothing built: every release in the row's one venv
+    # nothing built: every release in the row's one venv
+    targets = bisect_targets.lightning_targets("2.5", envdir=tmp_path)
     assert all(t.outside and t.python == shared for t in targets)
     for end in (era, newest):  # the ends' session venvs, once built, are used as they are
         venvs.venv_python(end.name, tmp_path).parent.mkdir(parents=True)
@@ -149,7 +151,8 @@ def test_along_lightning_the_releases_from_the_rows_own_to_the_newest_that_suppo
     assert [versions.release(t.version) for t in targets] == sorted(versions.release(t.version) for t in targets)
     assert len(targets) > 4 and not any(t.outside for t in (targets[0], targets[-1]))
     for target in targets:
-        assert target.spec.torch == "2.5.1" and target.spec.extra == era.extra and target.spec.lightning == target.version
+        assert (target.spec.torch == "2.5.1" and target.spec.extra == era.extra
+                and target.spec.lightning == target.version)
         assert not target.spec.lightning_of  # the case's node id runs, not the Lightning-axis selection
         assert target.outside == (target.session not in (era.name, newest.name))
         assert target.python == (shared if target.outside else venvs.venv_python(target.session, tmp_path))
@@ -165,7 +168,8 @@ def test_along_lightning_the_releases_from_the_rows_own_to_the_newest_that_suppo
     (["--torch", "2.5"], "error: --torch holds a row fixed along lightning: add --along lightning"),
     (["--along", "lightning", "--torch", "2.5", "--env", f"2.5={sys.executable}"], "error: --env bisects over"),
     pytest.param(["--along", "lightning", "--torch", "2.5", "--from", "2.7"],
-                 "error: no Lightning release from 2.7 to 2.6.6 supports torch 2.5.1 on Python 3.11", marks=needs_registry),
+                 "error: no Lightning release from 2.7 to 2.6.6 supports torch 2.5.1 on Python 3.11",
+                 marks=needs_registry),
 ])
 def test_bad_input_along_lightning_is_one_line_before_any_build(tmp_path, args, error):
     done = harness(FLOW, *args, "--envdir", str(tmp_path / "envs"))

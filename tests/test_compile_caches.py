@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 from harness.core import records, sessions, venvs
-from tests.conftest import CHECKOUT_VENVS, ROOT, project_with_families, run_nox
 from harness.plugin.compilecaches import CaseCaches
+from tests.conftest import CHECKOUT_VENVS, ROOT, project_with_families, run_nox
 from tests.test_isolation import SESSION, by_variant, case_records, run_session_command
 
 # The first case compiles `triple`, then rewrites the wrapper inductor left on disk so that whoever

@@ -102,7 +102,8 @@ def test_a_guarded_process_asks_nvml_whether_a_gpu_is_there(tmp_path):
     """Availability asked after the guard, in a process that has not imported Lightning (which sets the
     same switch at its import): NVML answers, nothing is refused, the driver is not initialised."""
     code = ("import os, json\nfrom harness.plugin import cudaguard\ncudaguard.guard_warm_process()\nimport torch\n"
-            "print(json.dumps([torch.cuda.is_available(), torch.cuda.device_count(), cudaguard.summary(), os.getpid()]))")
+            "print(json.dumps([torch.cuda.is_available(), torch.cuda.device_count(), cudaguard.summary(), "
+            "os.getpid()]))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-2000:]

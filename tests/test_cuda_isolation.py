@@ -72,7 +72,8 @@ def test_a_warm_process_spoiled_past_the_guard_stops_the_run_before_any_case(pyt
     output = result.stdout.str()
     assert result.ret == pytest.ExitCode.INTERRUPTED, output[-3000:]
     stops = [line for line in result.stdout.lines if "Interrupted: harness:" in line]
-    assert len(stops) == 1 and "CUDA was reached in the warm process past the harness's guard" in stops[0], output[-3000:]
+    assert (len(stops) == 1
+            and "CUDA was reached in the warm process past the harness's guard" in stops[0]), output[-3000:]
     assert "passed" not in output and "failed" not in output and not results_file.exists()
 
 

@@ -30,7 +30,8 @@ def found(**overrides):
         ("cuda11_torch25", found(), "built for CUDA 12.4, the session pins CUDA 11"),
         ("cuda12_torch25", found(cuda=None), "CUDA none \\(CPU build\\)"),
         ("cuda12_torch25", found(cuda_available=False), "needs a working GPU"),
-        ("cpu_torch_nightly", found(torch="2.15.0", lightning="2.6.6", **{"pytorch-lightning": "2.6.6"}), "needs a pre-release"),
+        ("cpu_torch_nightly", found(torch="2.15.0", lightning="2.6.6", **{"pytorch-lightning": "2.6.6"}),
+         "needs a pre-release"),
     ],
 )
 def test_mismatches(session, installed, problem):
@@ -55,14 +56,16 @@ def test_check_reads_the_real_environment():
 
 def test_require_gpu_refuses_a_cuda_session_without_gpu(monkeypatch):
     monkeypatch.setattr(envcheck, "host_gpus", lambda: [])
-    with pytest.raises(envcheck.EnvironmentMismatch, match="cuda12_torch25 runs CUDA cases but this machine has no GPU"):
+    with pytest.raises(envcheck.EnvironmentMismatch,
+                       match="cuda12_torch25 runs CUDA cases but this machine has no GPU"):
         envcheck.require_gpu(matrix.find("cuda12_torch25", SESSIONS))
     envcheck.require_gpu(matrix.find("cpu_torch25", SESSIONS))  # CPU sessions need none
 
 
 def harness_command(*args, code=""):
     """`python -m harness ARGS` as users run it; `code` runs first (e.g. hiding torch)."""
-    script = f"import runpy, sys; {code}; sys.argv = ['harness', *{list(args)!r}]; runpy.run_module('harness', run_name='__main__')"
+    script = (f"import runpy, sys; {code}; sys.argv = ['harness', *{list(args)!r}]; "
+              "runpy.run_module('harness', run_name='__main__')")
     return subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
@@ -103,7 +106,7 @@ def test_every_command_refuses_bad_input_in_one_line(tmp_path, args, message):
 
 
 def test_reuse_planner_refuses_an_unknown_session(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "harness.plugin.reuse", "cpu_torch99", "--plan", str(tmp_path / "p")],
-                            cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "harness.plugin.reuse", "cpu_torch99", "--plan",
+                             str(tmp_path / "p")], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("error: unknown session 'cpu_torch99'")

@@ -55,7 +55,8 @@ def planted(folder, failing_examples):
     environment = {"schema": 2, "kind": "environment", "session": "cpu_torch215", "torch": "2.15.0"}
     cell = {"schema": 2, "kind": "case", "case": "checkpoint/property_checkpoint_op[cpu-eager]",
             "family": "checkpoint", "outcome": "fail", "params": {},
-            "metrics": {"property": {"mode": "explore", "seed": 3, "examples_run": 40, "failing_examples": failing_examples,
+            "metrics": {"property": {"mode": "explore", "seed": 3, "examples_run": 40,
+                                     "failing_examples": failing_examples,
                                      "examples_by_class": {"random": 7, "view": 2}}}}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "cpu_torch215.jsonl").write_text("\n".join(json.dumps(r) for r in (environment, cell)) + "\n")

@@ -12,8 +12,15 @@ import pytest
 
 from harness.core import paths, records
 from tests.conftest import CHECKOUT_VENVS, ROOT, copy_project, run_nox
-from tests.test_isolation import (PLANTED_HEADER, SESSION, by_variant, case_records, ok_case,
-                                  run_session_command, session_env)  # noqa: F401 (a fixture, used by name)
+from tests.test_isolation import (
+    PLANTED_HEADER,
+    SESSION,
+    by_variant,
+    case_records,
+    ok_case,
+    run_session_command,
+    session_env,  # noqa: F401 (a fixture, used by name)
+)
 
 PLANTED = ROOT / "tests" / "planted" / "faulty_records.py"
 

@@ -159,7 +159,8 @@ def test_a_regression_test_that_fails_where_the_table_has_no_bug_disagrees(tmp_p
     lines = []
     for line in paths.results_path(SESSION.name).read_text().splitlines():
         record = json.loads(line)
-        if record.get("kind") == "case" and record["case"].startswith("empty_init/copy_copy_in_compiled_fn_under_mode["):
+        if (record.get("kind") == "case"
+                and record["case"].startswith("empty_init/copy_copy_in_compiled_fn_under_mode[")):
             record.update(outcome="pass", message=None, exc_type=None)
         lines.append(json.dumps(record))
     paths.results_path(SESSION.name, table).write_text("\n".join(lines) + "\n")

@@ -15,8 +15,8 @@ import pytest
 
 from harness.core import matrix, paths, records, sessions
 from harness.tools.gpu import preflight, wheels
-from tests.conftest import ROOT
 from tests import standin_gpu
+from tests.conftest import ROOT
 
 MAIN = matrix.main_session()  # what this venv holds
 CUDA = next(s for s in matrix.load() if s.device == "cuda" and s.torch == MAIN.torch)
@@ -68,14 +68,16 @@ def test_the_preflight_on_the_stand_in_gpu_says_no_go_for_its_reasons_in_time(tm
     done, took = gpu_command("preflight", CUDA.name, "--work", tmp_path / "work", env=env)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
-    assert lines[0] == "ok  facts: GPU 0: Stand-in GPU, driver 580.00, 81559 MiB, MIG Disabled; CUDA_VISIBLE_DEVICES unset"
+    assert lines[0] == ("ok  facts: GPU 0: Stand-in GPU, driver 580.00, 81559 MiB, MIG Disabled; "
+                        "CUDA_VISIBLE_DEVICES unset")
     assert lines[1].startswith("NO  pins: error: environment does not match session") and \
         "torch.cuda.is_available() is False" in lines[1]  # the driver finds no device: torch's own runtime says so
     by_check = {line.split(":")[0]: line for line in lines[2:-1]}
     assert re.match(r"ok  collection: \d+ cases collected by the session's command", by_check["ok  collection"])
     assert by_check["NO  forked children"].startswith("NO  forked children: 0 of ") and \
         "RuntimeError: No CUDA GPUs are available" in by_check["NO  forked children"]
-    assert lines[-1].startswith(f"NO-GO for {CUDA.name} after ") and lines[-1].endswith("s: pins, forked children (above)")
+    assert lines[-1].startswith(f"NO-GO for {CUDA.name} after ") and \
+        lines[-1].endswith("s: pins, forked children (above)")
     assert took < preflight.PREFLIGHT_SECONDS + 15, took
     calls = standin_gpu.driver_calls(tmp_path / "cuda.log")
     assert calls and not any(c.inherited for c in calls)  # no child inherited a driver its parent initialised

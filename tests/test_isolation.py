@@ -27,7 +27,8 @@ TIME_LIMIT = 15
 FAULTS = {
     "segfault": ("ctypes.string_at(0)", "crash", "Fatal Python error: Segmentation fault at "),
     "abort": ("os.abort()", "crash", "Fatal Python error: Aborted at "),
-    "exit": ("print('leaving', flush=True)\n    os._exit(3)", "crash", "worker exited with status 3; last output: leaving"),
+    "exit": ("print('leaving', flush=True)\n    os._exit(3)", "crash",
+             "worker exited with status 3; last output: leaving"),
     "sigkill": ("os.kill(os.getpid(), signal.SIGKILL)", "crash", "killed by SIGKILL"),
     "python_loop": ("while True:\n        pass", "timeout", f"ran past its time limit of {TIME_LIMIT} s at "),
     "deadlock": ("lock = threading.Lock()\n    lock.acquire()\n    lock.acquire()", "timeout",
@@ -205,7 +206,8 @@ def test_runs(case):
     seen("ran")
 ''')
     run_session_command(pytester, path)
-    outcomes = {n: r["outcome"] for n, r in by_variant(case_records(path.parent / "results" / f"{SESSION.name}.jsonl")).items()}
+    outcomes = {n: r["outcome"]
+                for n, r in by_variant(case_records(path.parent / "results" / f"{SESSION.name}.jsonl")).items()}
     assert outcomes == {"skipped": "skip", "runs": "pass"}, outcomes
     lines = [line.split() for line in pids.read_text().splitlines()]
     assert {pid == worker for name, pid, worker in lines if name == "skipped"} == {True}, lines

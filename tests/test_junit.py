@@ -4,8 +4,8 @@ import sys
 import xml.etree.ElementTree as ElementTree
 
 from harness.core import matrix, records, sessions
-from harness.plugin import junit
 from harness.core.outcomes import OUTCOMES
+from harness.plugin import junit
 from tests.conftest import ROOT
 
 FAMILY = '''
@@ -47,7 +47,8 @@ def test_each_session_writes_junit_beside_its_results(pytester, monkeypatch):
     back = {r["case"]: r for r in records.read(out / "s.jsonl") if r["kind"] == "case"}
     cases = {f"{c.get('classname')}/{c.get('name')}": c for c in suite.iter("testcase")}
     assert set(cases) == set(back)  # one testcase per record
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("5", "1", "1", "2")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"),
+            suite.get("skipped")) == ("5", "1", "1", "2")
     for case_id, element in cases.items():
         outcome = back[case_id]["outcome"]
         properties = {p.get("name"): p.get("value") for p in element.iter("property")}

@@ -116,7 +116,8 @@ def test_the_checker_finds_an_upward_import_a_cross_runtime_import_and_a_circle(
     root = plant(tmp_path, {
         "harness/__init__.py": "", "harness/core/__init__.py": "", "harness/plugin/__init__.py": "",
         "harness/tools/__init__.py": "",
-        "harness/core/paths.py": "def helper():\n    from harness.plugin import recorder  # upward, inside a function\n",
+        "harness/core/paths.py": "def helper():\n"
+                                 "    from harness.plugin import recorder  # upward, inside a function\n",
         "harness/plugin/recorder.py": "",
         "harness/plugin/runner.py": "from harness.core import paths\nfrom . import isolation\n",
         "harness/plugin/isolation.py": "import harness.plugin.runner\n",  # a circle of two
@@ -133,7 +134,9 @@ def test_the_checker_finds_an_upward_import_a_cross_runtime_import_and_a_circle(
 def test_every_import_of_the_harness_points_down_and_none_goes_round():
     graph = import_graph(ROOT)
     assert {folder(m) for m in graph} == {"", "core", "plugin", "report", "tools", "__main__"}
-    assert "harness.tools.targets" in graph["harness.tools.bisect"] and "harness.core.records" in graph["harness.report.analysis"]
+    assert ("harness.tools.targets" in graph["harness.tools.bisect"]
+            and "harness.core.records" in graph["harness.report.analysis"])
     assert upward(graph) == []
     assert cycles(graph) == []
-    assert not graph["harness"] and all(folder(t) == "core" for m, ts in graph.items() if folder(m) == "core" for t in ts)
+    assert not graph["harness"] and all(folder(t) == "core"
+                                        for m, ts in graph.items() if folder(m) == "core" for t in ts)

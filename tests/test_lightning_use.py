@@ -48,8 +48,9 @@ def test_a_plain_session_runs_every_case(pytester):
 
 
 def test_the_projects_lightning_cases_leave_out_their_controls():
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "harness.plugin", "--lightning-cases", "--collect-only",
-                           "-q", "-p", "no:cacheprovider", "cases/"], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "harness.plugin", "--lightning-cases",
+                           "--collect-only", "-q", "-p", "no:cacheprovider", "cases/"], cwd=ROOT, capture_output=True,
+                          text=True)
     ids = [line for line in done.stdout.splitlines() if "::" in line]
     assert ids, done.stdout + done.stderr
     assert all("test_empty_init.py" in i for i in ids)  # no other family reaches Lightning today

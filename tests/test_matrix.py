@@ -1,8 +1,8 @@
 import pytest
+from packaging.version import Version
 
 from harness.core import matrix, sessions
 from harness.tools import lightning_releases
-from packaging.version import Version
 
 SESSIONS = matrix.load()
 NAMES = {s.name for s in SESSIONS}
@@ -101,7 +101,8 @@ def test_a_row_declares_the_environment_its_cases_run_with(tmp_path):
     assert sessions.run_env(declared, tmp_path, sessions.Workers(1, ""))["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "1"
     path.write_text(ROW)
     (plain,) = matrix.load(path)
-    assert not any(key.startswith("TORCHINDUCTOR_") for key in sessions.run_env(plain, tmp_path, sessions.Workers(1, "")))
+    assert not any(key.startswith("TORCHINDUCTOR_")
+                   for key in sessions.run_env(plain, tmp_path, sessions.Workers(1, "")))
 
 
 def test_adding_a_version_is_one_row(tmp_path):

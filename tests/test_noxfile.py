@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness.core import envcheck, matrix, paths, records, venvs
+from harness.core import envcheck, installs, matrix, paths, records, venvs
 from tests.conftest import CHECKOUT_VENVS, ROOT
 
 pytestmark = CHECKOUT_VENVS  # runs or builds the checkout's session venvs (tests/conftest.py)
@@ -64,7 +64,8 @@ def test_the_lightning_tag_lists_the_lightning_axis_from_the_table():
 @pytest.mark.slow
 def test_a_lightning_session_runs_only_the_cases_that_use_lightning(tmp_path):
     name = "cpu_torch25_lightning_newest"
-    selection = "plain_checkpoint and eager and fullgraph or init_module_around_compiled_init_call and eager and full_init"
+    selection = ("plain_checkpoint and eager and fullgraph"
+                 " or init_module_around_compiled_init_call and eager and full_init")
     result = nox("-s", name, "--", "cases/test_checkpoint.py", "cases/test_empty_init.py", "-k", selection,
                  env={paths.RESULTS_ENV: str(tmp_path)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -160,7 +161,8 @@ def test_a_cuda_session_builds_checks_and_collects_without_a_gpu(tmp_path):
     result = nox("-s", MAIN_CUDA.name, "--", "--collect-only", "-q", env={paths.RESULTS_ENV: str(tmp_path / "results")})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     output = result.stdout + result.stderr
-    assert f"{MAIN_CUDA.name}: torch {MAIN_CUDA.torch}" in output and f"(CUDA {MAIN_CUDA.cuda_major}." in output  # the wheel's CUDA major, checked
+    assert (f"{MAIN_CUDA.name}: torch {MAIN_CUDA.torch}" in output
+            and f"(CUDA {MAIN_CUDA.cuda_major}." in output)  # the wheel's CUDA major, checked
     results = tmp_path / "results"  # tmp_path holds the test's compile caches too (tests/conftest.py)
     assert " tests collected" in output and not (results.exists() and list(results.iterdir()))  # nothing recorded
 
@@ -183,7 +185,7 @@ def test_install_variables_are_recorded_and_a_change_rebuilds(tmp_path):
     assert f"installing with {marker} from the environment" in second.stderr
     assert "pins changed: rebuilding the environment" in second.stderr
     environment = records.read(results / f"{MAIN.name}.jsonl")[0]
-    assert environment["install_environment"] == {**venvs.install_environment(),  # what the shell sets already
+    assert environment["install_environment"] == {**installs.install_environment(),  # what the shell sets already
                                                   "UV_EXCLUDE_NEWER": "2100-01-01T00:00:00Z"}
 
 
@@ -221,13 +223,14 @@ def test_session_end_to_end(tmp_path, name):
 def test_explore_without_a_session_is_an_error():
     result = nox("-s", "explore")
     assert result.returncode != 0
-    assert "name a matrix session first" in result.stderr
+    assert "name a matrix session first" in result.stderr + result.stdout
 
 
 @pytest.mark.slow
 def test_explore_draws_the_asked_examples_into_results_explore(tmp_path):
     result = nox("-s", "explore", "--", MAIN.name, "--examples", "2",
-                 "cases/test_checkpoint.py::test_property_checkpoint[cpu-graphbreaks-eager]", env={paths.RESULTS_ENV: str(tmp_path)})
+                 "cases/test_checkpoint.py::test_property_checkpoint[cpu-graphbreaks-eager]",
+                 env={paths.RESULTS_ENV: str(tmp_path)})
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
     assert not (tmp_path / f"{MAIN.name}.jsonl").exists()  # the table's records are left alone
     cases = [r for r in records.read(tmp_path / "explore" / f"{MAIN.name}.jsonl") if r["kind"] == "case"]

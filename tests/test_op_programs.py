@@ -56,7 +56,7 @@ def test_a_call_is_written_with_its_samples_exact_values():
     written = [eval(text, {"torch": torch}) for text in made.values[0]]
     given = [t for t in (sample.input, *sample.args) if isinstance(t, torch.Tensor)]
     assert len(written) == len(given) == len(made.names)
-    for ours, theirs in zip(written, given):
+    for ours, theirs in zip(written, given, strict=True):
         assert torch.equal(ours, theirs) and ours.dtype == theirs.dtype and ours.requires_grad == theirs.requires_grad
     assert made.call.startswith("torch.add(x0, x1")
 

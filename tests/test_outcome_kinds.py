@@ -9,7 +9,8 @@ import sys
 from harness.core import paths, resultsfile
 from tests.conftest import copy_project
 
-NEW_KIND = ('    Outcome("hang", 10, "🕸️", "HANG", "stopped answering, and was stopped", "failing", True, None, "error",\n'
+NEW_KIND = ('    Outcome("hang", 10, "🕸️", "HANG", "stopped answering, and was stopped", '
+            '"failing", True, None, "error",\n'
             '            "background: #1f2328; color: #fff;"),\n')
 
 
@@ -43,4 +44,5 @@ def test_a_new_outcome_kind_is_one_entry(tmp_path):
                             "print(junit.render([json.loads(l) for l in open(sys.argv[1])]))",
                             str(paths.results_path("cpu_torch215", results))], cwd=project, capture_output=True,
                            text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(project)})
-    assert junit.returncode == 0 and 'errors="1"' in junit.stdout and "<error" in junit.stdout, junit.stdout + junit.stderr
+    assert (junit.returncode == 0 and 'errors="1"' in junit.stdout
+            and "<error" in junit.stdout), junit.stdout + junit.stderr

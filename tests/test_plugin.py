@@ -197,7 +197,8 @@ def test_session_with_drifted_pins_stops_and_keeps_results(pytester, monkeypatch
     monkeypatch.setenv("HARNESS_SESSION", "cpu_torch21")  # this environment is not torch 2.1
     result = pytester.runpytest("-p", "harness.plugin", f"--results-dir={out}")
     assert result.ret != 0
-    result.stderr.fnmatch_lines(["*environment does not match session cpu_torch21: torch is *, the session pins 2.1.2*"])
+    result.stderr.fnmatch_lines(
+        ["*environment does not match session cpu_torch21: torch is *, the session pins 2.1.2*"])
     assert (out / "cpu_torch21.jsonl").read_text() == "earlier results\n"
 
 
@@ -205,7 +206,8 @@ def test_under_xdist_the_controller_writes_every_record(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     pytester.makepyfile(test_family=CASES)
     out = pytester.path / "out"
-    result = pytester.runpytest_subprocess("-p", "harness.plugin", "-n", "2", f"--results-dir={out}", "--session-name=demo")
+    result = pytester.runpytest_subprocess("-p", "harness.plugin", "-n", "2", f"--results-dir={out}",
+                                           "--session-name=demo")
     result.assert_outcomes(passed=5, failed=2, skipped=1, errors=1, xfailed=4, xpassed=1)
     records = [json.loads(line) for line in (out / "demo.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in records].count("environment") == 1

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from harness.core import sessions
+from harness.core import resultsfile, sessions
 from harness.tools import preflight
 from tests.conftest import ROOT
 
@@ -54,7 +54,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, command, error):
 
 
 def test_an_id_in_the_results_at_hand_needs_no_collection(tmp_path, monkeypatch):
-    (tmp_path / "cpu_torch215.jsonl").write_text('{"kind": "environment"}\n{"kind": "case", "case": "a/b[c]"}\nnot json\n')
+    writer = resultsfile.ResultsWriter(tmp_path / "cpu_torch215.jsonl")  # as a session writes it
+    writer.write({"kind": "environment", "session": "cpu_torch215", "torch": "2.15.0"})
+    writer.write({"kind": "case", "case": "a/b[c]", "family": "a", "params": {}, "outcome": "pass", "exc_type": None,
+                  "message": "", "nodeid": "cases/test_a.py::test_b[c]"})
+    writer.close()
+    with open(tmp_path / "cpu_torch215.jsonl", "a") as damaged:  # then a line a killed run left half-written
+        damaged.write('{"kind": "case", "ca')
     monkeypatch.setattr(preflight, "collecting_python", lambda *a: pytest.fail("collected"))
     assert preflight.check_case("a/b[c]", results=[tmp_path]) is None
 

@@ -28,7 +28,8 @@ def test_the_outcome_table_is_the_one_the_code_defines():
             outcome.meaning, "yes" if outcome.fails_session else "no", outcome.junit,
             "-" if outcome.exit_code is None else str(outcome.exit_code))
     failing = [f"`{n}`" for n, o in OUTCOMES.items() if o.fails_session]
-    assert f"A session exits non-zero when a case is {', '.join(failing[:-1])} or {failing[-1]}" in " ".join(README.split())
+    assert (f"A session exits non-zero when a case is {', '.join(failing[:-1])} or {failing[-1]}"
+            in " ".join(README.split()))
 
 
 def block_after_table(marker: str) -> list[list[str]]:
@@ -37,11 +38,13 @@ def block_after_table(marker: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
 
 
-def test_ci_runs_the_test_command_the_readme_gives():
+def test_ci_runs_the_set_up_lint_and_test_commands_the_readme_gives():
     setup, = block_after("set-up")
-    test_command = next(line.split("#")[0].strip() for line in block_after("commands") if "tests" in line)
+    commands = [line.split("#")[0].strip() for line in block_after("commands")]
+    test_command, lint_command = "nox -s tests", "nox -s lint"
+    assert test_command in commands and lint_command in commands
     ci = (ROOT / ".ci" / "run").read_text()
-    assert setup in ci and test_command in ci
+    assert setup in ci and test_command in ci and lint_command in ci
 
 
 @pytest.mark.slow

@@ -261,7 +261,8 @@ def test_a_file_written_during_the_session_is_not_kept_as_an_earlier_run(tmp_pat
 @pytest.mark.parametrize("line, why", [
     ({"kind": "case", "outcome": "pass"}, "a case record without 'case'"),
     ({"kind": "case", "case": "f/v", "outcome": "pass", "params": "cpu"}, "a case record whose 'params' is str"),
-    ({"kind": "case", "case": "f/v", "outcome": "fail", "message": ["a", "list"]}, "a case record whose 'message' is list"),
+    ({"kind": "case", "case": "f/v", "outcome": "fail", "message": ["a", "list"]},
+     "a case record whose 'message' is list"),
     ({"kind": "end", "counts": {}}, "a end record without 'exitstatus'"),
 ], ids=["no_case", "params_str", "message_list", "end_without_status"])
 def test_a_record_of_a_damaged_shape_is_passed_over_and_said_in_one_line(tmp_path, line, why):

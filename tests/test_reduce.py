@@ -12,8 +12,10 @@ import pytest
 
 from harness.core import matrix, sessions
 from harness.tools import scriptrun
-from harness.tools.reduce import command as reduce, tensors as reduce_tensors
-from harness.tools.repro import collector, script as repro_script
+from harness.tools.reduce import command as reduce
+from harness.tools.reduce import tensors as reduce_tensors
+from harness.tools.repro import collector
+from harness.tools.repro import script as repro_script
 from tests.conftest import CHECKOUT_VENVS, ROOT
 from tests.test_sweep import USER_SCRIPT
 
@@ -158,8 +160,10 @@ def test_a_budget_of_runs_stops_the_reduction_where_it_would_on_any_machine():
 
 def test_a_recorded_failure_gives_the_signature():
     known = {"case": "c", "outcome": "known", "exc_type": "torch._dynamo.exc.InternalTorchDynamoError",
-             "message": "NotImplementedError: checkpoint not implemented for <class 'x'> at 0x7f00", "reference": "o/r#1"}
-    declared = [{"kind": "known", "ref": "o/r#1", "raises": ["InternalTorchDynamoError"], "match": "checkpoint not impl"}]
+             "message": "NotImplementedError: checkpoint not implemented for <class 'x'> at 0x7f00",
+             "reference": "o/r#1"}
+    declared = [{"kind": "known", "ref": "o/r#1", "raises": ["InternalTorchDynamoError"],
+                 "match": "checkpoint not impl"}]
     assert reduce.signature_of(known, declared) == reduce.Signature("InternalTorchDynamoError", "checkpoint not impl")
     failed = {**known, "outcome": "fail", "exc_type": "builtins.AssertionError", "reference": None,
               "message": "enabled=True: compiled {'sentinels_initialised': 2, 'rng_advanced': True}, eager {}"}
@@ -178,12 +182,15 @@ def test_an_export_without_its_plumbing_raises_the_bug_itself():
     assert plain.rstrip().splitlines()[-1].startswith("test_copy_copy_in_compiled_fn_under_mode(case, device='cpu'")
 
 
-def _file(source, folder=[]):
+_KEPT_FOLDERS = []  # a TemporaryDirectory that no one holds deletes its folder before the runner reads it
+
+
+def _file(source):
     import pathlib
     import tempfile
 
-    folder.append(tempfile.TemporaryDirectory())
-    path = pathlib.Path(folder[-1].name) / "candidate.py"
+    _KEPT_FOLDERS.append(tempfile.TemporaryDirectory())
+    path = pathlib.Path(_KEPT_FOLDERS[-1].name) / "candidate.py"
     path.write_text(source)
     return path
 
@@ -193,8 +200,8 @@ def _reduce_script(tmp_path, source, *extra):
     script.write_text(source)
     out = tmp_path / "reduced.py"
     done = subprocess.run([sys.executable, "-m", "harness", "reduce", "--script", str(script), "--session",
-                           matrix.main_session().name, "--no-build", "--out", str(out), *extra], cwd=ROOT, capture_output=True,
-                          text=True, timeout=1800, env=sessions.clean_env())
+                           matrix.main_session().name, "--no-build", "--out", str(out), *extra], cwd=ROOT,
+                          capture_output=True, text=True, timeout=1800, env=sessions.clean_env())
     return done, script, out
 
 
@@ -231,7 +238,8 @@ PLANTED = textwrap.dedent("""\
 
 
 def test_the_differential_check_reduces_a_compile_only_failure(tmp_path):
-    done, script, out = _reduce_script(tmp_path, PLANTED, "--time-limit", "400")  # a limit, not a target: a loaded machine needs it
+    # a limit, not a target: a loaded machine needs it
+    done, script, out = _reduce_script(tmp_path, PLANTED, "--time-limit", "400")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "the check: it passes on cpu_torch215 with torch.compile replaced by the identity" in done.stderr
     reduced = out.read_text()
@@ -256,7 +264,8 @@ def test_tidy_drops_the_constants_the_reducer_leaves():
 
 
 def test_the_warm_runners_preload_what_the_script_imports():
-    source = "import torch, math\nfrom torch.utils.checkpoint import checkpoint\nfrom . import x\nneed('lightning.fabric.X')\n"
+    source = ("import torch, math\nfrom torch.utils.checkpoint import checkpoint\nfrom . import x\n"
+              "need('lightning.fabric.X')\n")
     assert reduce.imported_modules(source) == ["lightning.fabric", "math", "torch", "torch.utils.checkpoint"]
 
 

@@ -1,7 +1,10 @@
 """harness.tools.reduce.passes: each rewrite on a small source, with cheap predicates (no torch)."""
 
-from harness.tools.reduce import (inline as reduce_inline, materialise as reduce_materialise, names as reduce_names,
-                                  passes as reduce_passes, tensors as reduce_tensors)
+from harness.tools.reduce import inline as reduce_inline
+from harness.tools.reduce import materialise as reduce_materialise
+from harness.tools.reduce import names as reduce_names
+from harness.tools.reduce import passes as reduce_passes
+from harness.tools.reduce import tensors as reduce_tensors
 
 
 def first(candidates):
@@ -42,7 +45,8 @@ def test_a_function_passed_around_or_a_method_keeps_its_parameters():
 
 
 def test_a_function_called_once_at_module_level_is_inlined():
-    source = "def test_it(case, device=0):\n    seen = [case, device]\n    total = sum(seen)\ncase = 5\ntest_it(case, device=2)\n"
+    source = ("def test_it(case, device=0):\n    seen = [case, device]\n    total = sum(seen)\n"
+              "case = 5\ntest_it(case, device=2)\n")
     out = first(reduce_inline.inline_functions(source))
     assert out == "case = 5\nseen = [case, 2]\ntotal = sum(seen)\n"
     assert runs(out)["total"] == runs(source.replace("    total", "    global total\n    total"))["total"] == 7
@@ -147,10 +151,12 @@ def test_a_property_of_a_dataclass_is_inlined_with_its_fields():
 def test_methods_that_would_change_meaning_are_not_inlined():
     uses_super = "class C(dict):\n    def get2(self):\n        return super().get(2)\nc = C()\nr = c.get2()\n"
     assert list(reduce_inline.inline_methods(uses_super)) == []
-    returns_early = "class C:\n    def m(self, x):\n        if x:\n            return 1\n        return 2\nc = C()\nr = c.m(0)\n"
+    returns_early = ("class C:\n    def m(self, x):\n        if x:\n            return 1\n        return 2\n"
+                     "c = C()\nr = c.m(0)\n")
     assert list(reduce_inline.inline_methods(returns_early)) == []
     # a nested class's own `self` is its own
-    nested = ("class C:\n    def make(self):\n        class Inner:\n            def who(self):\n                return self\n"
+    nested = ("class C:\n    def make(self):\n        class Inner:\n"
+              "            def who(self):\n                return self\n"
               "        return Inner\nc = C()\nr = c.make()\n")
     out = first(reduce_inline.inline_methods(nested))
     assert "return self" in out and "class C" not in out
@@ -171,7 +177,8 @@ def test_an_argument_read_twice_is_bound_once():
     source = "calls = []\ndef make():\n    calls.append(1)\n    return 2\ndef f(x):\n    return x + x\nr = f(make())\n"
     out = first(reduce_inline.inline_functions(source))
     assert "x = make()\nr = x + x\n" in out
-    assert computes(out) == computes(source) == {"calls": [1], "r": 4, "x": 2} | {"r": 4} or computes(out)["calls"] == [1]
+    assert (computes(out) == computes(source) == {"calls": [1], "r": 4, "x": 2} | {"r": 4}
+            or computes(out)["calls"] == [1])
 
 
 def test_need_becomes_an_import():
@@ -190,7 +197,8 @@ def test_need_becomes_an_import():
 
 def test_exec_of_generated_text_becomes_the_code_it_ran():
     source = ("lines = ['def block(x):', '    return x * 2']\nnamespace = {}\n"
-              "exec('\\n'.join(lines), namespace)\nnamespace['block'] = wrap(namespace['block'])\nr = namespace['block'](3)\n")
+              "exec('\\n'.join(lines), namespace)\nnamespace['block'] = wrap(namespace['block'])\n"
+              "r = namespace['block'](3)\n")
     observed = {3: {"def block(x):\n    return x * 2"}}
     out = first(reduce_materialise.materialise_exec(lambda _: observed)(source))
     assert "def block(x):\n    return x * 2\nblock = wrap(block)\nr = block(3)\n" in out
@@ -317,10 +325,12 @@ def test_a_result_no_caller_reads_is_not_returned():
 
 
 def test_a_module_call_is_its_forward_and_an_argument_read_once_moves_there():
-    source = ("import copy\nclass Module:\n    pass\nclass UnderMode(Module):\n    def __init__(self, inner, make_mode):\n"
+    source = ("import copy\nclass Module:\n    pass\n"
+              "class UnderMode(Module):\n    def __init__(self, inner, make_mode):\n"
               "        super().__init__()\n        self.inner = inner\n        self.make_mode = make_mode\n"
               "    def forward(self, x):\n        with self.make_mode():\n            seen.append(self.inner(x))\n"
-              "def make_mode():\n    return Mode()\nseen = []\nmodel = UnderMode(wrap(copy.copy), make_mode)\nmodel([1])\n")
+              "def make_mode():\n    return Mode()\nseen = []\n"
+              "model = UnderMode(wrap(copy.copy), make_mode)\nmodel([1])\n")
     out = first(reduce_inline.call_forward(source))
     assert out.endswith("model.forward([1])\n")
     out = first(reduce_inline.inline_methods(out))
@@ -336,7 +346,8 @@ def test_a_module_call_is_its_forward_and_an_argument_read_once_moves_there():
 
 def test_an_import_left_below_the_code_joins_those_at_the_top():
     source = "import torch\nx = 1\nfrom lightning.fabric import X\nX(x)\n"
-    assert first(reduce_materialise.hoist_imports(source)) == "import torch\nfrom lightning.fabric import X\nx = 1\nX(x)\n"
+    assert (first(reduce_materialise.hoist_imports(source))
+            == "import torch\nfrom lightning.fabric import X\nx = 1\nX(x)\n")
 
 
 def test_the_flattened_outputs_of_one_tensor_are_that_tensor():

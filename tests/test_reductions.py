@@ -25,12 +25,14 @@ def harness_shapes(path: pathlib.Path) -> list[str]:
     tree = ast.parse(path.read_text())
     found = []
     for node in ast.walk(tree):
-        name = node.id if isinstance(node, ast.Name) else node.name if isinstance(node, (ast.ClassDef, ast.FunctionDef)) else None
+        name = (node.id if isinstance(node, ast.Name)
+                else node.name if isinstance(node, (ast.ClassDef, ast.FunctionDef)) else None)
         if name in HARNESS_NAMES or (name or "").startswith("unique_name_"):
             found.append(f"{name} (line {node.lineno})")
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             modules = [alias.name for alias in node.names] + [getattr(node, "module", None) or ""]
-            found += [f"import {m} (line {node.lineno})" for m in modules if m.split(".")[0] in ("harness", "importlib", "pytest", "lightning")]
+            found += [f"import {m} (line {node.lineno})" for m in modules
+                      if m.split(".")[0] in ("harness", "importlib", "pytest", "lightning")]
     return found
 
 

@@ -215,7 +215,8 @@ def test_a_failing_program_is_one_bug_across_versions_however_torch_words_it(tmp
     write_session(tmp_path, "cpu_torch215", "2.15.0", {PROP: property_cell(now, other)})
     card, = render.build([tmp_path])["failing"]
     assert card["spans"] == [["2.1.2", "2.1.2"], ["2.14.1", "2.15.0"]] and card["since"] == "2.1.2"
-    assert [w["spans"] for w in card["wordings"]] == [[["2.15.0", "2.15.0"]], [["2.1.2", "2.1.2"], ["2.14.1", "2.14.1"]]]
+    assert [w["spans"] for w in card["wordings"]] == [[["2.15.0", "2.15.0"]],
+                                                       [["2.1.2", "2.1.2"], ["2.14.1", "2.14.1"]]]
 
 
 def test_each_failing_example_of_a_property_cell_joins_the_card_of_its_own_signature(tmp_path):
@@ -273,8 +274,9 @@ def test_every_card_says_its_upstream_status_and_a_reference_is_matched_or_not(t
               [other["label"] for other in c["same_failure"]]) for c in data["failing"]]
     slow = outcomes.bug_signature("RuntimeError", SLOW.split(": ", 1)[1])
     assert found == [
-        ("Card A", "new", None, [OLD], []), ("Card B", "new", None, [PROP], []), ("Card C", "new", None, [NEST], ["Card D"]),
-        ("Card D", "known", TE_REF, [PROP], ["Card C"]), ("Card E", "limitation", DOC_REF, [PROP], [])]  # NEW first
+        ("Card A", "new", None, [OLD], []), ("Card B", "new", None, [PROP], []),
+        ("Card C", "new", None, [NEST], ["Card D"]), ("Card D", "known", TE_REF, [PROP], ["Card C"]),
+        ("Card E", "limitation", DOC_REF, [PROP], [])]  # NEW first
     assert data["failing"][2]["signature"] == data["failing"][3]["signature"] == slow
     for card in data["failing"]:  # a reference this card matched is never also "declared, not matched" on it
         assert card["reference"] not in [d["ref"] for d in card["declared"]]
@@ -352,7 +354,8 @@ def test_a_card_is_named_by_the_finding_it_holds_everywhere_the_report_names_it(
     assert not re.search(r"\bcards? \d", text, re.I)  # no card is called by its place
     html = render.render_html(data)
     failing = html[html.index('<section id="failing">'):html.index("</section>", html.index('<section id="failing">'))]
-    assert f'<a href="#{card_a["anchor"]}">Card A</a>' in failing and f'<a href="#{finding_7["anchor"]}">Finding 7</a>' in failing
+    assert (f'<a href="#{card_a["anchor"]}">Card A</a>' in failing
+            and f'<a href="#{finding_7["anchor"]}">Finding 7</a>' in failing)
     assert re.search(r"Finding 3 \(anything nested[^)]*\) is on 3 cards \(<a href=\"#bug-\w+\">Finding 2</a>", failing)
     assert not re.search(r"\bcards? \d", re.sub(r"<[^>]+>", "", failing), re.I)
 
@@ -417,7 +420,8 @@ def test_a_bug_signature_leaves_out_numbers_addresses_and_paths():
     one = {"outcome": "fail", "exc_type": "torch._dynamo.exc.Unsupported",
            "message": "object at 0x7f00aa12 in /work/a/torch/x.py line 12 (3 of 16)\nmore"}
     two = {**one, "message": "object at 0x55ffee01 in /home/b/torch/x.py line 480 (1 of 2)"}
-    assert results.bug_signature(one) == results.bug_signature(two) == "Unsupported: object at 0x… in <path> line N (N of N)"
+    assert (results.bug_signature(one) == results.bug_signature(two)
+            == "Unsupported: object at 0x… in <path> line N (N of N)")
     assert results.bug_signature({"outcome": "timeout", "message": None}) == "timeout"
 
 
@@ -443,8 +447,9 @@ def test_known_bugs_grouped_by_the_one_reference_each_case_matched(matrix):
 
 def test_regressions_apart_from_fixes_per_step_newest_first(matrix):
     data = render.build([matrix])
-    steps = [(s["line"], s["from_session"], s["to_session"], [(t["case"], t["from"], t["to"]) for t in s["regressions"]],
-              [t["case"] for t in s["fixes"]]) for s in data["transitions"]]
+    steps = [(s["line"], s["from_session"], s["to_session"],
+              [(t["case"], t["from"], t["to"]) for t in s["regressions"]], [t["case"] for t in s["fixes"]])
+             for s in data["transitions"]]
     assert steps == [
         ("cpu", "cpu_torch25", "cpu_torch26", [(NEST, "pass", "fail")], []),
         ("cpu", "cpu_torch24", "cpu_torch25", [(PARAM, "pass", "limitation")], []),
@@ -520,7 +525,8 @@ def test_each_gpu_cell_against_its_cpu_twin_in_the_same_row(tmp_path):
     text = section(render.render_markdown(data), "## Where the GPU changes an outcome")
     assert ("- torch 2.5.1: **cuda12_torch25** (CUDA 12.4, NVIDIA H100 80GB HBM3) against **cpu_torch25**: 1 case of 1 "
             "differ, in 1 group.") in text
-    assert f"  - AssertionError: Tensor-likes are not close!: 1 case (pass on the CPU, fail on the GPU): `{CK_GPU}`" in text
+    assert (f"  - AssertionError: Tensor-likes are not close!: 1 case (pass on the CPU, fail on the GPU): "
+            f"`{CK_GPU}`") in text
     render.write(data, tmp_path / "out")
     html = (tmp_path / "out" / "report.html").read_text()
     assert 'id="cuda"' in html and "twin-differs" in html
@@ -542,7 +548,8 @@ def test_where_lightning_changes_an_outcome_per_row_grouped_by_bug(tmp_path):
     write_session(tmp_path, "cpu_torch24_lightning_newest", "2.4.1", {EI: "pass", EI_EAGER: "pass", EI_GPU: "skip",
                                                                        FLOW: "pass"}, lightning="2.6.6")
     write_session(tmp_path, "cpu_torch25", "2.5.1", era)
-    attribute = {"outcome": "fail", "exc_type": "AttributeError", "message": "'NoneType' object has no attribute 'type'"}
+    attribute = {"outcome": "fail", "exc_type": "AttributeError",
+                 "message": "'NoneType' object has no attribute 'type'"}
     write_session(tmp_path, "cpu_torch25_lightning_newest", "2.5.1", lightning="2.6.6", cases={
         EI: {**attribute, "message": attribute["message"] + " at 0x7f3a"}, EI_GPU: "skip",
         EI_EAGER: {**attribute, "message": attribute["message"] + " at 0x55aa"},
@@ -566,8 +573,8 @@ def test_where_lightning_changes_an_outcome_per_row_grouped_by_bug(tmp_path):
     text = section(render.render_markdown(data), "## Where Lightning changes an outcome")
     assert ("- torch 2.5.1: **cpu_torch25** (Lightning 2.4.0) against **cpu_torch25_lightning_newest** (Lightning "
             "2.6.6): 3 cases of 3 differ, in 2 groups.") in text
-    assert f"  - UserError: Dynamic control flow is not supported at line N: 1 case (known → fixed): `{FLOW}`; bisect: " \
-           f"`nox -s bisect -- '{FLOW}' --along lightning --torch 2.5.1`" in text
+    assert f"  - UserError: Dynamic control flow is not supported at line N: 1 case (known → fixed): " \
+           f"`{FLOW}`; bisect: `nox -s bisect -- '{FLOW}' --along lightning --torch 2.5.1`" in text
     assert "the same outcome in all 3 cases both ran." in text
     render.write(data, tmp_path / "out")
     html = (tmp_path / "out" / "report.html").read_text()
@@ -644,7 +651,8 @@ def test_the_committed_tables_cards_agree_with_their_own_cells():
     no card stands for an ExceptionGroup's whole line; each says NEW, a reference or a limitation, never both."""
     from packaging.version import Version
 
-    from harness.report import analysis, cards as carding
+    from harness.report import analysis
+    from harness.report import cards as carding
 
     sessions = results.load_dirs([ROOT / "results"])
     data = render.build([ROOT / "results"])
@@ -659,7 +667,8 @@ def test_the_committed_tables_cards_agree_with_their_own_cells():
             for session in lines[card["line"]]:
                 record = session.cases.get(case["case"])
                 if record and not session.absent(case["case"]) and any(
-                        carding.status(f) == card["status"] and (card["status"] == "new" or f["reference"] == card["reference"])
+                        carding.status(f) == card["status"]
+                        and (card["status"] == "new" or f["reference"] == card["reference"])
                         and (f["programs"] & programs if programs else not f["examples"])
                         for f in carding.failures(record)):
                     found.add(session.torch)
@@ -669,8 +678,9 @@ def test_the_committed_tables_cards_agree_with_their_own_cells():
         assert not (examples and card["signature"].startswith("ExceptionGroup")), card["signature"]
         assert (card["status"] == "new") == (card["reference"] is None), card["signature"]
         assert card["reference"] not in [d["ref"] for d in card["declared"]]
-    for session, row in zip(sessions, data["sessions"]):
-        assert (row["git_commit"], row["cpu"]) == (session.environment.get("git_commit"), session.environment.get("cpu"))
+    for session, row in zip(sessions, data["sessions"], strict=True):
+        assert (row["git_commit"], row["cpu"]) == (session.environment.get("git_commit"),
+                                                   session.environment.get("cpu"))
 
 
 # --- the exit status: what makes the nightly red ---
@@ -766,7 +776,8 @@ def test_regressions_and_new_failing_cases_fail_the_report(tmp_path):
 def test_a_run_narrowed_to_some_families_is_compared_on_those_families_only(tmp_path):
     now, base = tmp_path / "now", tmp_path / "base"
     write_session(now, "cpu_torch25", "2.5.1", {CK: "pass", TE: "known"})  # the checkpoint family alone
-    write_session(base, "cpu_torch25", "2.5.1", {CK: "pass", TE: "known", "checkpoint/gone[cpu-eager-fullgraph]": "pass",
+    write_session(base, "cpu_torch25", "2.5.1", {CK: "pass", TE: "known",
+                                                 "checkpoint/gone[cpu-eager-fullgraph]": "pass",
                                                  NEST: "fail", PARAM: "pass"})
     data = render.build([now], [base])
     assert [(r["case"], r["status"]) for r in data["baseline"]["rows"]] == [
@@ -790,7 +801,8 @@ def test_a_cell_that_differs_only_as_the_machines_do_is_shown_so_not_as_a_regres
     now, base = tmp_path / "now", tmp_path / "base"
     sources = {"cases/test_checkpoint.py": "c1", "cases/test_nested_compile.py": "n1", "harness/core/outcomes.py": "h1"}
     installs = {"packages": ["torch==2.5.1", "lightning==2.4.0"]}
-    here = {"cpu": "Intel(R) Xeon(R) Processor", "os": "Debian GNU/Linux 12", "collect_env": "GCC version: (Debian) 12.2.0"}
+    here = {"cpu": "Intel(R) Xeon(R) Processor", "os": "Debian GNU/Linux 12",
+            "collect_env": "GCC version: (Debian) 12.2.0"}
     runner = {"cpu": "AMD EPYC 7763 64-Core Processor", "os": "Ubuntu 24.04", "collect_env": "GCC version: 13.3.0"}
     write_session(base, "cpu_torch25", "2.5.1", {CK: "pass", NEST: "pass"}, reuse_sources=sources, **installs, **here)
     write_session(now, "cpu_torch25", "2.5.1", {CK: "fail", NEST: "fail"}, **installs, **runner,
@@ -804,8 +816,8 @@ def test_a_cell_that_differs_only_as_the_machines_do_is_shown_so_not_as_a_regres
     assert "note: 1 cells differ from the baseline only as the machines do" in done.stdout
     text = (tmp_path / "out" / "REPORT.md").read_text()
     assert f"| cpu_torch25 | `{CK}` | **by machine** | pass | fail |" in text
-    assert "(cpu: Intel(R) Xeon(R) Processor → AMD EPYC 7763 64-Core Processor; os: Debian GNU/Linux 12 → Ubuntu 24.04; " \
-           "compiler: (Debian) 12.2.0 → 13.3.0)" in text
+    assert "(cpu: Intel(R) Xeon(R) Processor → AMD EPYC 7763 64-Core Processor; " \
+           "os: Debian GNU/Linux 12 → Ubuntu 24.04; compiler: (Debian) 12.2.0 → 13.3.0)" in text
     write_session(now, "cpu_torch25", "2.5.1", {CK: "fail", NEST: "pass"}, reuse_sources=sources, **installs, **here)
     same_machine = run_cli(now, "--baseline", base, "--out", tmp_path / "out")
     assert same_machine.returncode == 1  # same machine, same code: a change is the run's, counted
@@ -816,7 +828,8 @@ def test_a_cell_that_differs_only_as_the_machines_do_is_shown_so_not_as_a_regres
     write_session(now, "cpu_torch25", "2.5.1", {CK: "fail", NEST: "pass"}, reuse_sources={
         **sources, "harness/core/outcomes.py": "h2"}, **installs, **runner)
     shared_changed = run_cli(now, "--baseline", base, "--out", tmp_path / "out")
-    assert f"fails: cpu_torch25: {CK}: regressed: pass -> fail (fail on purpose)" in shared_changed.stdout  # code the cases share
+    assert (f"fails: cpu_torch25: {CK}: regressed: pass -> fail (fail on purpose)"
+            in shared_changed.stdout)  # code the cases share
 
 
 def test_the_previous_run_is_for_information_and_its_absence_is_stated(tmp_path):
@@ -833,15 +846,17 @@ def test_the_previous_run_is_for_information_and_its_absence_is_stated(tmp_path)
     gone = run_cli(now, "--baseline", table, "--previous-unavailable", "GET https://api.github.com/x: 502 Server Error",
                    "--out", tmp_path / "out")
     assert gone.returncode == 1
-    assert "fails: the previous nightly could not be fetched: GET https://api.github.com/x: 502 Server Error" in gone.stdout
+    assert ("fails: the previous nightly could not be fetched: GET https://api.github.com/x: 502 Server Error"
+            in gone.stdout)
     assert "The previous run could not be fetched: GET" in (tmp_path / "out" / "REPORT.md").read_text()
 
 
 def test_a_change_for_the_worse_is_annotated_on_the_cases_file_and_line(tmp_path):
     now, base = tmp_path / "now", tmp_path / "base"
     where = {"file": "cases/test_checkpoint.py", "line": 42}
-    write_session(now, "cpu_torch25", "2.5.1", {CK: {"outcome": "fail", "message": "50% off\nsecond", "location": where},
-                                                TE: {"outcome": "known", "location": where}})
+    write_session(now, "cpu_torch25", "2.5.1", {
+        CK: {"outcome": "fail", "message": "50% off\nsecond", "location": where},
+        TE: {"outcome": "known", "location": where}})
     write_session(base, "cpu_torch25", "2.5.1", {CK: "pass", TE: "known"})
     done = run_cli(now, "--baseline", base, "--out", tmp_path / "out", env={"GITHUB_ACTIONS": "true"})
     assert done.returncode == 1
@@ -854,7 +869,8 @@ def test_a_change_for_the_worse_is_annotated_on_the_cases_file_and_line(tmp_path
 @pytest.mark.parametrize(
     ("damage", "error"),
     [
-        (lambda text: text.replace(f'"schema": {records.SCHEMA_VERSION}', '"schema": 7', 1), r"cpu_torch25.jsonl:1: schema 7"),
+        (lambda text: text.replace(f'"schema": {records.SCHEMA_VERSION}', '"schema": 7', 1),
+         r"cpu_torch25.jsonl:1: schema 7"),
         (lambda text: "garbage\n" + text, r"cpu_torch25.jsonl:1: not a JSON record"),
         (lambda text: "", r"cpu_torch25.jsonl:1: the file does not start with an environment record"),
     ],
@@ -903,14 +919,16 @@ def test_no_results_is_an_error(tmp_path):
 
 def test_outputs_are_whole_and_readable(matrix, tmp_path):
     paths = render.write(render.build([matrix]), tmp_path / "out")
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["REPORT.md", "report-cells", "report.html", "report.json"]
+    assert (sorted(p.name for p in (tmp_path / "out").iterdir())
+            == ["REPORT.md", "report-cells", "report.html", "report.json"])
     # the page's cells files: one per session, each record of a case that ran somewhere
     assert sorted(p.name for p in (tmp_path / "out" / "report-cells").iterdir()) == sorted(
         f"{s['name']}.js" for s in json.loads((tmp_path / "out" / "report.json").read_text())["sessions"])
     assert all(p.stat().st_mode & 0o044 == 0o044 for p in paths)  # not mkstemp's private mode
     merged = json.loads((tmp_path / "out" / "report.json").read_text())
     assert merged["schema"] == records.SCHEMA_VERSION and len(merged["cases"]) == 8
-    assert {"folded", "transitions", "other_environments", "failing", "known", "verdict", "summary", "reused"} <= set(merged)
+    assert {"folded", "transitions", "other_environments", "failing", "known", "verdict", "summary",
+            "reused"} <= set(merged)
 
 
 def test_html_is_self_contained(matrix, tmp_path):
@@ -956,8 +974,9 @@ def test_the_first_screen_says_what_of_the_matrix_ran_on_a_gpu_and_when_nothing_
         write_session(directory, "cpu_torch26", "2.6.0", {CK: "pass", CK_GPU: "skip", TE_GPU: "skip"})
     write_session(with_gpu, "cuda12_torch25", "2.5.1+cu124", {CK_GPU: "pass"}, gpu="NVIDIA H200")
     none = render.build([without])
-    assert none["summary_parts"][1] == ("GPU: no CUDA row is measured: none of the 2 cases whose device is `cuda` has "
-                                        "run on a GPU (a CUDA session, `nox -s cudaNN_torchXY`, needs one: docs/gpu.md).")
+    assert none["summary_parts"][1] == ("GPU: no CUDA row is measured: none of the 2 cases whose device is `cuda` "
+                                        "has run on a GPU (a CUDA session, `nox -s cudaNN_torchXY`, needs one: "
+                                        "docs/gpu.md).")
     some = render.build([with_gpu])
     assert some["summary_parts"][1] == ("GPU: 1 CUDA row: cuda12_torch25 (torch 2.5.1+cu124, NVIDIA H200) ran 1 of the "
                                         "2 cases whose device is `cuda`; 1 torch row has none on a GPU.")
@@ -969,7 +988,8 @@ def test_a_damaged_results_file_is_said_in_the_report_never_a_traceback(tmp_path
     path = tmp_path / "cpu_torch25.jsonl"
     lines = path.read_text().splitlines()
     twice = json.loads(lines[1])
-    lines[2:2] = [json.dumps({**twice, "outcome": "pass"}), json.dumps({"schema": 2, "kind": "case", "outcome": "pass"})]
+    lines[2:2] = [json.dumps({**twice, "outcome": "pass"}),
+                  json.dumps({"schema": 2, "kind": "case", "outcome": "pass"})]
     path.write_text("\n".join(lines) + "\n")
     done = run_cli(tmp_path, "--out", tmp_path / "out", "--no-since-committed")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]

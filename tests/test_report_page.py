@@ -200,7 +200,8 @@ def test_the_committed_table_fits_the_screen_and_shows_the_lightning_axis_on_req
     browser.get(page)
 
     def columns():
-        return [th.get_attribute("data-session") for th in browser.find_elements(By.CSS_SELECTOR, "#matrix-grid th.session")]
+        return [th.get_attribute("data-session")
+                for th in browser.find_elements(By.CSS_SELECTOR, "#matrix-grid th.session")]
     assert not set(columns()) & set(axis) and len(columns()) == len(data["sessions"]) - len(axis)
     assert browser.execute_script("return document.documentElement.scrollWidth") <= 1400
     assert strip_on_first_screen(browser)
@@ -219,7 +220,8 @@ def test_the_committed_table_fits_the_screen_and_shows_the_lightning_axis_on_req
     WebDriverWait(browser, 10).until(lambda _: "failing examples" in details.text or "message" in details.text)
     assert data["cases"][[c["case"] for c in data["cases"]].index(failing)]["cells"][newest]["exc_type"] in details.text
     cell = browser.find_element(By.CSS_SELECTOR, "#matrix-grid td.selected")
-    assert visible(browser, cell) and cell.rect["x"] + cell.rect["width"] <= details.rect["x"], (cell.rect, details.rect)
+    assert (visible(browser, cell)
+            and cell.rect["x"] + cell.rect["width"] <= details.rect["x"]), (cell.rect, details.rect)
     assert browser.execute_script("return document.documentElement.scrollWidth") <= 1400
 
 

@@ -6,9 +6,11 @@ import sys
 
 import pytest
 
-from harness.core import matrix, paths, records, resultsfile, sessions
+from harness.core import matrix, records, resultsfile, sessions
 from harness.core.outcomes import OUTCOMES
-from harness.tools.repro import collector, command as repro, op_example, script as repro_script
+from harness.tools.repro import collector, op_example
+from harness.tools.repro import command as repro
+from harness.tools.repro import script as repro_script
 from harness.tools.repro.property_example import chosen_example
 from tests.conftest import ROOT
 
@@ -36,7 +38,7 @@ def sample(cases: dict) -> list[str]:
             picks.append(found)
 
     for family in sorted({info["family"] for info in cases.values()}):
-        pick(lambda c, info: info["family"] == family and "[cpu" in c)
+        pick(lambda c, info, family=family: info["family"] == family and "[cpu" in c)
     pick(lambda c, info: any(e["kind"] == "known" for e in info["expected"]))
     pick(lambda c, info: any(e["kind"] == "limitation" for e in info["expected"]))
     pick(lambda c, info: "'cuda'" in info["params"].values())
@@ -70,7 +72,8 @@ def test_scripts_print_the_outcome_the_matrix_records(collected, tmp_path):
     found = {r["case"]: r for r in records.read(results / "probe.jsonl") if r["kind"] == "case"}
     recorded = {case_id: record["outcome"] for case_id, record in found.items()}
     for case_id in picks:
-        info = {**collected[case_id], "property_example": chosen_example(found[case_id], collected[case_id]["expected"])}
+        info = {**collected[case_id],
+                "property_example": chosen_example(found[case_id], collected[case_id]["expected"])}
         path = tmp_path / repro_script.script_name(case_id)
         text = repro_script.build_script(info)
         path.write_text(text)
@@ -93,9 +96,8 @@ def test_repro_prints_an_issue_with_the_versions_at_hand(tmp_path):
                       "exc_type": None, "message": "", "upstream": [], "metrics": {}, "duration": 1.0, "nodeid": ""})
         writer.close()
     out = tmp_path / "repro.py"
-    # --results adds the table; the checkout's committed matrix is kept out (an empty results dir).
-    done = harness("repro", case_id, "--python", sys.executable, "--out", str(out), "--results", str(table),
-                   **{paths.RESULTS_ENV: str(tmp_path / "no-results")})
+    # --results reads this table instead of the checkout's committed matrix.
+    done = harness("repro", case_id, "--python", sys.executable, "--out", str(out), "--results", str(table))
     assert done.returncode == 0, done.stderr
     issue = done.stdout
     lines = issue.splitlines()

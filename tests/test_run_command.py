@@ -66,11 +66,13 @@ def test_a_narrowed_run_here_writes_the_sessions_records_and_junit(tmp_path, mon
 def test_bad_input_stops_with_one_line_and_keeps_the_results_there(tmp_path, session, env, says):
     earlier = paths.results_path(session, tmp_path)
     earlier.write_text('{"an": "earlier run"}\n')
-    done = harness_run(session, results=tmp_path, env={**env, "PATH": "/usr/bin:/bin:" + os.path.dirname(sys.executable)})
+    done = harness_run(session, results=tmp_path,
+                       env={**env, "PATH": "/usr/bin:/bin:" + os.path.dirname(sys.executable)})
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(says), done.stderr
-    assert earlier.read_text() == '{"an": "earlier run"}\n' and sorted(p.name for p in tmp_path.iterdir()) == [earlier.name]
+    assert (earlier.read_text() == '{"an": "earlier run"}\n'
+            and sorted(p.name for p in tmp_path.iterdir()) == [earlier.name])
 
 
 def test_a_cuda_sessions_workers_fit_its_gpu_and_cores(monkeypatch, fake_gpu_tools):

@@ -86,7 +86,8 @@ def test_a_run_stopped_midway_leaves_no_green_row_and_the_next_run_records_what_
     assert "beta/c_interrupts_its_worker" not in partial and len(partial) < 6, sorted(partial)
     if stop == "SIGINT":  # pytest wrote its end record, which says the run is not complete, and its own JUnit
         end = end_of(results)
-        assert end["kind"] == "end" and end["interrupted"] and end["missing"] >= 1 and not records.run_complete(end), end
+        assert (end["kind"] == "end" and end["interrupted"] and end["missing"] >= 1
+                and not records.run_complete(end)), end
         assert f'tests="{len(partial)}"' in junit.read_text()
     else:  # killed: no end record, and not the earlier run's JUnit file beside its results
         assert records.read(results / f"{SESSION}.jsonl")[-1]["kind"] == "case"
@@ -106,7 +107,7 @@ def test_a_run_stopped_midway_leaves_no_green_row_and_the_next_run_records_what_
 def test_a_case_file_that_cannot_be_collected_is_a_record_until_it_can(project, tmp_path, broken):
     results = tmp_path / "results"
     (project / "cases" / "test_broken.py").write_text(broken)
-    for attempt in range(2):  # and again: an `error` is never carried over
+    for _attempt in range(2):  # and again: an `error` is never carried over
         code, said = session(project, results)
         assert code != 0, said[-3000:]
         measured = cases(results)
@@ -115,7 +116,8 @@ def test_a_case_file_that_cannot_be_collected_is_a_record_until_it_can(project, 
             "broken/collection-error": "error"}, said[-3000:]
         error = measured["broken/collection-error"]
         reason = "ModuleNotFoundError: No module named 'torch_no_such_module'" if "import" in broken else "SyntaxError"
-        assert error["message"].startswith("cannot collect cases/test_broken.py: ") and reason in error["message"], error
+        assert (error["message"].startswith("cannot collect cases/test_broken.py: ")
+                and reason in error["message"]), error
         junit = (results / f"{SESSION}.xml").read_text()
         assert 'errors="1"' in junit and "collection-error" in junit, junit[:500]
         assert "INTERNALERROR" not in said

@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from benchmarks.speed import venv_bytes
-from harness.core import matrix, paths, records, venvs
+from harness.core import installs, matrix, paths, records, venvs
 from tests.conftest import ROOT
 
 SESSION = "cpu_torch213"
@@ -64,8 +64,9 @@ def test_the_cpu_build_when_the_index_lists_it(tmp_path, monkeypatch):
         monkeypatch.setenv(venvs.CPU_INDEX_ENV, url)
         assert venvs.torch_wheel(spec) == {"build": "cpu", "index": url}
         other = matrix.find("cpu_torch212")  # not in this index: the registry's build, and why
-        assert venvs.torch_wheel(other) == {"build": "registry default", "index": None,
-                                               "reason": f"{url} has no CPU wheel of torch {other.torch} for Python 3.11"}
+        assert venvs.torch_wheel(other) == {
+            "build": "registry default", "index": None,
+            "reason": f"{url} has no CPU wheel of torch {other.torch} for Python 3.11"}
 
 
 def test_the_registry_build_when_the_index_is_unreachable(monkeypatch):
@@ -120,12 +121,13 @@ def test_every_session_installs_in_the_steps_its_wheel_asks_for(monkeypatch):
     spec = matrix.find("cpu_torch25_lightning_newest")
     cpu = venvs.install_steps(spec, {"build": venvs.CPU_BUILD, "index": "http://127.0.0.1:9/simple"})
     assert cpu == [["--index-url", "http://127.0.0.1:9/simple", "--no-deps", "torch==2.5.1"],
-                   [*spec.requirements, *venvs.HARNESS_REQUIREMENTS]]  # no command mixes two indexes
+                   [*spec.requirements, *installs.HARNESS_REQUIREMENTS]]  # no command mixes two indexes
     assert venvs.install_steps(spec, {"build": venvs.REGISTRY_BUILD, "index": None}) == [
-        [*spec.requirements, *venvs.HARNESS_REQUIREMENTS]]
+        [*spec.requirements, *installs.HARNESS_REQUIREMENTS]]
     cuda = matrix.find("cuda11_torch25")
     assert [step[:3] for step in venvs.install_steps(cuda, {"build": cuda.index, "index": cuda.index_url})] == [
-        ["--index-url", cuda.index_url, "torch==2.5.1"], ["torch==2.5.1", "lightning==2.4.0", "pytorch-lightning==2.4.0"]]
+        ["--index-url", cuda.index_url, "torch==2.5.1"],
+        ["torch==2.5.1", "lightning==2.4.0", "pytorch-lightning==2.4.0"]]
 
 
 @pytest.mark.slow
@@ -141,7 +143,7 @@ def test_an_environment_outside_the_table_is_built_with_its_rows_steps(tmp_path,
     found = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(*(m.version(d) for d in "
                             "('torch', 'lightning', 'pytorch-lightning')))"], capture_output=True, text=True)
     assert found.stdout.split() == ["2.12.1", "2.6.6", "2.6.6"], found.stderr
-    assert venvs.installed_torch_wheel(venvs.venv_of(python))["build"] == venvs.REGISTRY_BUILD
+    assert installs.installed_torch_wheel(venvs.venv_of(python))["build"] == venvs.REGISTRY_BUILD
     assert (venvs.venv_of(python) / venvs.STAMP).read_text() == venvs.pins_stamp(
         spec, {"build": venvs.REGISTRY_BUILD, "index": None})
     assert venvs.ensure_venv(spec, tmp_path) == python  # built once

@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harness.core import matrix, paths, resultsfile, sources, venvs
+from harness.core import installs, matrix, paths, resultsfile, sources
 from harness.report import staleness
 from tests.conftest import ROOT, copy_project
 
@@ -33,7 +33,7 @@ def plant_rows(table, root, pins_of=None):
         writer = resultsfile.ResultsWriter(paths.results_path(session, table))
         writer.write({"kind": "environment", "session": session, "identity": matrix.find(session).identity,
                       "torch": spec.torch, "reuse_keys": {"checkpoint": "k"}, "reuse_sources": now,
-                      "packages": [satisfying(r) for r in [*spec.requirements, *venvs.HARNESS_REQUIREMENTS]]})
+                      "packages": [satisfying(r) for r in [*spec.requirements, *installs.HARNESS_REQUIREMENTS]]})
         writer.close()
 
 

@@ -6,7 +6,6 @@ whether the installed pair keeps them."""
 
 import json
 
-
 GROUPED = '''
 import json, os, pathlib
 import pytest

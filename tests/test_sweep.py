@@ -35,7 +35,8 @@ def test_sweep_runs_the_script_in_the_row_venv_and_writes_the_table(tmp_path):
     script = tmp_path / "user_script.py"
     script.write_text(USER_SCRIPT)
     table = tmp_path / "table.md"
-    done = harness("sweep", str(script), "--from", "2.15", "--to", "2.15", "--out", str(table))  # builds at most cpu_torch215
+    # builds at most cpu_torch215
+    done = harness("sweep", str(script), "--from", "2.15", "--to", "2.15", "--out", str(table))
     assert done.returncode == 0, done.stdout + done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("torch 2.15.0"))
     assert row.split()[3:5] == ["fail", "exit"], row
@@ -46,8 +47,8 @@ def test_sweep_runs_the_script_in_the_row_venv_and_writes_the_table(tmp_path):
 def test_sweep_without_build_runs_only_what_exists(tmp_path):
     script = tmp_path / "ok.py"
     script.write_text("print('ok')\n")
-    done = harness("sweep", str(script), "--from", "2.12", "--to", "2.13", "--no-build", "--envdir", str(tmp_path / "envs"),
-                   "--out", str(tmp_path / "table.md"))
+    done = harness("sweep", str(script), "--from", "2.12", "--to", "2.13", "--no-build",
+                   "--envdir", str(tmp_path / "envs"), "--out", str(tmp_path / "table.md"))
     assert done.returncode == 1
     assert "not run (no environment; --no-build)" in done.stdout
     assert "the script ran on no version" in done.stderr
@@ -58,7 +59,8 @@ def test_sweep_without_build_runs_only_what_exists(tmp_path):
 def test_bisect_takes_the_same_script(tmp_path):
     script = tmp_path / "fails.py"
     script.write_text("raise ValueError('fails everywhere')\n")
-    done = harness("bisect", "--script", str(script), "--env", f"2.14={sys.executable}", "--env", f"2.15={sys.executable}")
+    done = harness("bisect", "--script", str(script), "--env", f"2.14={sys.executable}",
+                   "--env", f"2.15={sys.executable}")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line.split()[:4] for line in done.stdout.splitlines() if line.startswith("torch ")]
     assert lines == [["torch", "2.14", "bisect-2.14", "fail"], ["torch", "2.15", "bisect-2.15", "fail"]], done.stdout
@@ -136,8 +138,8 @@ def test_one_bug_is_followed_through_torchs_wrapping_of_its_error_not_through_it
                                       "expected: len(padding) == 2", "  target: aten.avg_pool2d_backward.default"), 1.0)
     oldest = classify(1, traceback_of("torch._inductor.exc.LoweringException: AssertionError: ",
                                       "  target: aten.avg_pool2d_backward.default"), 1.0)
-    no_api = classify(1, traceback_of("AttributeError: module 'torch.compiler' has no attribute 'nested_compile_region'"),
-                      1.0)
+    no_api = classify(1, traceback_of("AttributeError: module 'torch.compiler' has no attribute "
+                                      "'nested_compile_region'"), 1.0)
     assert newest.chain == ("InductorError", "LoweringException", "AssertionError")
     assert oldest.chain == ("LoweringException", "AssertionError") and no_api.chain == ("AttributeError",)
     assert fails_the_same_way(oldest, newest) and fails_the_same_way(newest, newest)

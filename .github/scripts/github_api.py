@@ -54,10 +54,11 @@ class GitHub:
     def _open(self, url: str, accept: str = "application/vnd.github+json", follow: bool = True,
               method: str = "GET", body: dict | None = None):
         for attempt in range(1, ATTEMPTS + 1):
-            request = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
+            data = None if body is None else json.dumps(body).encode()
+            content_type = {} if body is None else {"Content-Type": "application/json"}
+            request = urllib.request.Request(url, method=method, data=data,
                                              headers={"Accept": accept, "X-GitHub-Api-Version": API_VERSION,
-                                                      "User-Agent": "torch-compile-matrix",
-                                                      **({"Content-Type": "application/json"} if body is not None else {})})
+                                                      "User-Agent": "torch-compile-matrix", **content_type})
             if self.token:
                 request.add_unredirected_header("Authorization", f"Bearer {self.token}")
             self.calls += 1

@@ -37,7 +37,8 @@ def _cell(text) -> str:
 
 def summary(session: str, found: list[dict] | None, path: pathlib.Path) -> str:
     if not found:
-        return f"### {session}\n\nNo results file ({path}): the session did not run its cases. The report fails the nightly.\n"
+        return (f"### {session}\n\nNo results file ({path}): the session did not run its cases. "
+                "The report fails the nightly.\n")
     environment, cases = found[0], [r for r in found if r["kind"] == "case"]
     finished = found[-1]["kind"] == "end"
     counts: dict[str, int] = {}
@@ -74,7 +75,8 @@ def annotations(found: list[dict]) -> list[str]:
     out = []
     for case in failing[:ANNOTATED]:
         where = case.get("location") or {}
-        place = f"file={_property(where['file'])},line={where['line']}," if where.get("file") and where.get("line") else ""
+        place = (f"file={_property(where['file'])},line={where['line']},"
+                 if where.get("file") and where.get("line") else "")
         title = _property(f"{case['outcome']}: {case['case']}")
         out.append(f"::warning {place}title={title}::{_cell(case.get('message')).replace('%', '%25')}")
     return out

@@ -88,7 +88,8 @@ def main(argv=None) -> int:
     if len(argv) not in (2, 3) or not all(a.isdigit() for a in argv[:2]):
         print("usage: tracking_issue.py STATUS REGRESSIONS [REGRESSIONS_MD]", file=sys.stderr)
         return 2
-    section = pathlib.Path(argv[2]).read_text(encoding="utf-8") if len(argv) == 3 and pathlib.Path(argv[2]).is_file() else ""
+    section = (pathlib.Path(argv[2]).read_text(encoding="utf-8")
+               if len(argv) == 3 and pathlib.Path(argv[2]).is_file() else "")
     try:
         said = track(GitHub(), int(argv[0]), int(argv[1]), section, os.environ.get("RUN_URL") or "this run")
     except GitHubError as error:

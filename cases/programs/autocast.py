@@ -12,10 +12,11 @@ from programs.opcall import on_copies
 from programs.opinfo import DEFAULT_TOLERANCES
 
 # What the body does after its matmul; "mm_fp32": a matmul with autocast disabled (float32 inside).
-AUTOCAST_OPS = {"sigmoid": "torch.sigmoid(y)", "relu": "torch.relu(y)", "mm": "y @ w", "mean_keep": "y.mean(-1, keepdim=True) * y",
-                "softmax": "torch.softmax(y, -1)", "mse": "torch.nn.functional.mse_loss(y, torch.zeros_like(y), reduction='none')",
+AUTOCAST_OPS = {"sigmoid": "torch.sigmoid(y)", "relu": "torch.relu(y)", "mm": "y @ w",
+                "mean_keep": "y.mean(-1, keepdim=True) * y", "softmax": "torch.softmax(y, -1)",
+                "mse": "torch.nn.functional.mse_loss(y, torch.zeros_like(y), reduction='none')",
                 "mm_fp32": "mm_fp32(y, w)"}
-AUTOCAST_AT = ("outside", "inside_compiled", "inside_body")  # around the compiled call, around the checkpoint, inside it
+AUTOCAST_AT = ("outside", "inside_compiled", "inside_body")  # around the compiled call, around the checkpoint, in it
 COMPILED = ("whole", "body")  # what torch.compile wraps: the function with its checkpoint, or the checkpointed body
 
 
@@ -70,7 +71,8 @@ class AutocastProgram:
 
 def autocast_programs(device):
     dtypes = ("bfloat16",) if device == "cpu" else ("float16", "bfloat16")
-    return st.builds(AutocastProgram, device=st.just(device), ops=st.lists(st.sampled_from(sorted(AUTOCAST_OPS)), max_size=3).map(tuple),
+    return st.builds(AutocastProgram, device=st.just(device),
+                     ops=st.lists(st.sampled_from(sorted(AUTOCAST_OPS)), max_size=3).map(tuple),
                      dtype=st.sampled_from(dtypes), input_dtype=st.sampled_from(("float32", "bfloat16")),
                      autocast_at=st.sampled_from(AUTOCAST_AT), checkpointed=st.booleans(),
                      compiled=st.sampled_from(COMPILED))

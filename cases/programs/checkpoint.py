@@ -31,7 +31,8 @@ class CheckpointProgram:
 
     @property
     def source(self) -> str:
-        kwargs = f"use_reentrant={self.use_reentrant}" + (", context_fn=context_fn" if self.context_fn != "none" else "")
+        kwargs = f"use_reentrant={self.use_reentrant}" + (
+            ", context_fn=context_fn" if self.context_fn != "none" else "")
         lines = ["def body(x, w):", "    y = x @ w"] + [f"    y = {CKPT_OPS[op]}" for op in self.ops] + ["    return y"]
         inner = "body"
         for depth in range(1, self.nesting):
@@ -90,7 +91,8 @@ class CheckpointOpProgram(OpProgram):
             policy = "MUST_SAVE" if self.context_fn == "sac_save" else "PREFER_RECOMPUTE"
             lines += ["def policy(ctx, op, *args, **kwargs):",
                       f"    return torch.utils.checkpoint.CheckpointPolicy.{policy}",
-                      "context_fn = functools.partial(torch.utils.checkpoint.create_selective_checkpoint_contexts, policy)"]
+                      "context_fn = functools.partial("
+                      "torch.utils.checkpoint.create_selective_checkpoint_contexts, policy)"]
             kwargs += ", context_fn=context_fn"
         inner = "op"
         for depth in range(1, self.nesting):

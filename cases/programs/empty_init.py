@@ -17,7 +17,8 @@ from programs.op_programs import ContextOpProgram, common_knobs
 # kaiming_uniform_, on 2.9 and 2.15 alike) are drawn: _EmptyInit cannot skip the others, eagerly either.
 INIT_CALLS = {"constant_a": "torch.nn.init.constant_(a, 0.5)", "normal_a": "torch.nn.init.normal_(a)",
               "uniform_a": "torch.nn.init.uniform_(a)", "uniform_b": "torch.nn.init.uniform_(b)",
-              "normal_b": "torch.nn.init.normal_(b)", "kaiming_uniform_b": "torch.nn.init.kaiming_uniform_(b, a=math.sqrt(5))"}
+              "normal_b": "torch.nn.init.normal_(b)",
+              "kaiming_uniform_b": "torch.nn.init.kaiming_uniform_(b, a=math.sqrt(5))"}
 RANDOM_INITS = {"normal_a", "uniform_a", "uniform_b", "normal_b", "kaiming_uniform_b"}
 MODE_AT = ("outside", "inside")  # entered around the compiled call, or inside the compiled function
 BUILD = ("none", "inside", "outside")  # an nn.Linear built in the compiled function, or before it (eagerly)
@@ -101,8 +102,8 @@ def check_empty_init_program(case, program, device):
 
 # An init call, before the op, on a sentinel tensor of the program (deterministic: whether it ran is
 # what the sentinel holds after the call), or none.
-OP_INITS = {"none": None, "constant": "torch.nn.init.constant_(SENTINEL, 0.5)", "zeros": "torch.nn.init.zeros_(SENTINEL)",
-            "ones": "torch.nn.init.ones_(SENTINEL)"}
+OP_INITS = {"none": None, "constant": "torch.nn.init.constant_(SENTINEL, 0.5)",
+            "zeros": "torch.nn.init.zeros_(SENTINEL)", "ones": "torch.nn.init.ones_(SENTINEL)"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,8 @@ from programs.op_programs import OpProgram, common_knobs
 # What the region's body may do to `y` (w: an 8x8 weight, an input of the program too).
 BODY_OPS = {"sin": "torch.sin(y)", "tanh": "torch.tanh(y)", "sigmoid": "torch.sigmoid(y)", "relu": "torch.relu(y)",
             "mul2": "y * 2", "add1": "y + 1", "square": "y * y", "mm": "y @ w", "softmax": "torch.softmax(y, -1)"}
-CAPTURED_NAME = {"sin": "sin", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "mm": "matmul", "softmax": "softmax"}
+CAPTURED_NAME = {"sin": "sin", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "mm": "matmul",
+                 "softmax": "softmax"}
 FLOWS = ("chain", "fan", "reuse")  # b(b(x)); b(x) + b(2x); b(x) * b(b(x) * x)
 TAILS = ("none", "plus_input", "times_first", "tuple")
 SHAPES = ((4, 8), (8,), (2, 3, 8))
@@ -41,7 +42,8 @@ class NestedProgram:
         get = "[0]" if self.outputs == 2 else ""
         lines.append("def outer(x, w):")
         if self.flow == "chain":
-            calls = [f"    r0 = block(x, w){get}"] + [f"    r{i} = block(r{i - 1}, w){get}" for i in range(1, self.calls)]
+            calls = [f"    r0 = block(x, w){get}"] + [f"    r{i} = block(r{i - 1}, w){get}"
+                                                      for i in range(1, self.calls)]
         elif self.flow == "fan":
             calls = [f"    r0 = block(x, w){get}"] + [f"    r{i} = r{i - 1} + block(x * {i + 1}, w){get}"
                                                       for i in range(1, self.calls)]
@@ -167,7 +169,8 @@ class NestedOpProgram(OpProgram):
             "eager_draws = [o for o in fn(*SAMPLES[0]) if torch.is_tensor(o)]\n"
             "draws = [o for o in first['outputs']]\n"
             "# (only where the draws are many and differ in many places: two small ones may agree by chance)\n"
-            "if len(draws) == 2 and draws[0].numel() >= 32 and (eager_draws[0] != eager_draws[1]).float().mean() > 0.25:\n"
+            "if len(draws) == 2 and draws[0].numel() >= 32"
+            " and (eager_draws[0] != eager_draws[1]).float().mean() > 0.25:\n"
             "    assert not torch.equal(*draws), 'compiled, the two calls drew the same values'\n")
 
 

@@ -181,7 +181,8 @@ class ContextOpProgram(OpProgram):
         if self.context_at == "outside":
             return "\n".join([f"def body({params}):", *body, f"def fn({params}):",
                               f"    with {self.context()}:", f"        return body({params})"]) + "\n"
-        return "\n".join([f"def fn({params}):", f"    with {self.context()}:", *("    " + line for line in body)]) + "\n"
+        return "\n".join([f"def fn({params}):", f"    with {self.context()}:",
+                          *("    " + line for line in body)]) + "\n"
 
     def compiled(self, backend: str) -> str:
         if self.context_at != "outside":

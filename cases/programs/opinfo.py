@@ -104,8 +104,8 @@ def catalogue() -> Catalogue:
             op_infos()
         except Exception as exc:
             return Catalogue(error=_describe(exc))
-    entries = {(e["name"], e["variant"]): Entry(e["name"], e["variant"], e["path"], frozenset(e["classes"]), e["samples"])
-               for e in found["entries"]}
+    entries = {(e["name"], e["variant"]): Entry(e["name"], e["variant"], e["path"], frozenset(e["classes"]),
+                                                e["samples"]) for e in found["entries"]}
     return Catalogue(entries, None, found["left_out"])
 
 
@@ -203,7 +203,8 @@ def _public_path(opinfo) -> str | None:
 
 
 def _tensors(value) -> list:
-    return [t for t in torch.utils._pytree.tree_flatten(value)[0] if isinstance(t, torch.Tensor)]  # 2.1 has no tree_leaves
+    # tree_flatten, not tree_leaves: torch 2.1 has no tree_leaves
+    return [t for t in torch.utils._pytree.tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
 
 
 class _Tags(torch.utils._python_dispatch.TorchDispatchMode):
@@ -249,7 +250,7 @@ def _same_call(opinfo, path: str | None, method: str | None, sample) -> list:
         public = _tensors(getattr(sample.input.detach().clone(), method)(*sample.args, **sample.kwargs))
     same = len(public) == len(outputs) and all(
         a.shape == b.shape and a.dtype == b.dtype and (torch.equal(a, b) or a.dtype.is_floating_point)
-        for a, b in zip(public, outputs))
+        for a, b in zip(public, outputs, strict=True))
     if not same:
         raise ValueError(f"{path or method} is not what OpInfo {opinfo.name} calls")
     return outputs

@@ -43,7 +43,8 @@ STATES = {
     "function_mode": ("PassThroughFunctionMode()", SAME, None),
     "dispatch_mode": ("PassThroughDispatchMode()", SAME, None),
     "float64_inputs": ("contextlib.nullcontext()",
-                       "lambda inputs: [x.double() if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs]",
+                       "lambda inputs: [x.double() if torch.is_tensor(x) and x.is_floating_point() else x "
+                       "for x in inputs]",
                        None),
     "no_requires_grad": ("contextlib.nullcontext()",
                          "lambda inputs: [x.detach() if torch.is_tensor(x) else x for x in inputs]", None),
@@ -251,7 +252,7 @@ def state_names(device: str) -> list[str]:
 
 def no_repeat_in_a_row(states) -> bool:
     """A state right after itself is no recompile; coming back to an earlier one is (a cache hit)."""
-    return all(a != b for a, b in zip(states, states[1:]))
+    return all(a != b for a, b in zip(states, states[1:], strict=False))
 
 
 # Dynamo does not trace a frame under a user TorchDispatchMode: it runs it eagerly, and fullgraph=True

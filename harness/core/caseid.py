@@ -143,7 +143,8 @@ def _id_groups(item) -> list[tuple[tuple[str, ...], str]]:
         names = tuple(n.strip() for n in argnames.split(",")) if isinstance(argnames, str) else tuple(argnames)
         for name in names:
             together[name] = names
-    groups, seen = [], set()
+    groups: list[tuple[str, ...]] = []
+    seen: set[str] = set()
     for name in callspec.params:
         if name in seen:
             continue
@@ -153,7 +154,7 @@ def _id_groups(item) -> list[tuple[tuple[str, ...], str]]:
     ids = list(getattr(callspec, "_idlist", ()))
     if len(ids) != len(groups):  # a parametrization we cannot map: keep pytest's own id
         return [(tuple(callspec.params), callspec.id)]
-    return list(zip(groups, ids))
+    return list(zip(groups, ids, strict=True))
 
 
 def canonical_params_id(item) -> str:

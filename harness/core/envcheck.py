@@ -9,8 +9,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from harness.core import versions
 from harness.core.errors import BadInput
+from harness.core.installs import HARNESS_REQUIREMENTS
 from harness.core.matrix import Session
-from harness.core.venvs import HARNESS_REQUIREMENTS
 
 
 class EnvironmentMismatch(BadInput):
@@ -79,7 +79,7 @@ def unmet_requirements(requirements, have: dict) -> list[tuple[str, Requirement 
     where missing) do not satisfy, with its parsed form (None: the text cannot be read). Markers that do
     not apply to this interpreter leave a requirement out."""
     have = {normal_name(name): version for name, version in have.items()}
-    found = []
+    found: list[tuple[str, Requirement | None]] = []
     for text in requirements:
         try:
             wanted = Requirement(text)
@@ -119,7 +119,8 @@ def mismatches(session: Session, found: dict, gpu: bool = True) -> list[str]:
     if session.cuda_major is not None:
         cuda = found["cuda"]
         if cuda is None or versions.release(cuda)[0] != session.cuda_major:
-            problems.append(f"torch is built for CUDA {cuda or 'none (CPU build)'}, the session pins CUDA {session.cuda_major}")
+            problems.append(f"torch is built for CUDA {cuda or 'none (CPU build)'}, "
+                            f"the session pins CUDA {session.cuda_major}")
         elif gpu and not found["cuda_available"]:
             problems.append("torch.cuda.is_available() is False: a CUDA session needs a working GPU")
     if "tools" in found:

@@ -11,10 +11,12 @@ import dataclasses
 import difflib
 import pathlib
 import re
+import sys
+from typing import Optional, TypedDict
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # Python < 3.11
+else:  # Python 3.10
     import tomli as tomllib
 
 from harness.core import limits, versions
@@ -29,6 +31,17 @@ LIGHTNING_NEWEST = "lightning_newest"  # the label those sessions add to their r
 
 class MatrixError(BadInput):
     """The matrix table is malformed, or a session name is not in it."""
+
+
+class Identity(TypedDict):
+    """Who a session is (Session.identity), as the environment record carries it: never parsed back out of its name."""
+    session: str
+    device: str  # "cpu" or "cuda"
+    line: str  # the version line it is a step of: "cpu", or "cudaNN" (one per CUDA major)
+    row: str  # the torch row: its version pin, or "nightly"
+    label: Optional[str]  # a second environment of the row (another Python, extra packages)
+    plain: str  # the row's plain session (itself unless labelled)
+    lightning_of: Optional[str]  # the Lightning axis: the session whose pins it repeats with newer Lightning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +72,8 @@ class Session:
         where = "CPU" if self.device == "cpu" else f"CUDA {self.cuda_major} GPU"
         wheel = f"{self.index} index" if self.index else "registry default wheel"
         extra = "".join(f", {pin}" for pin in self.extra if self.label)
-        newest = " (the newest that supports this torch; only the cases that use Lightning)" if self.lightning_of else ""
+        newest = (" (the newest that supports this torch; only the cases that use Lightning)"
+                  if self.lightning_of else "")
         return (
             f"Run the cases on {where} with {torch}, Lightning {self.lightning}{newest}, "
             f"Python {self.python}{extra} ({wheel})."
@@ -71,8 +85,8 @@ class Session:
         return "cpu" if self.device == "cpu" else f"cuda{self.cuda_major}"
 
     @property
-    def identity(self) -> dict:
-        """What the environment record carries (harness.core.records.Identity), so that no reader parses
+    def identity(self) -> Identity:
+        """What the environment record carries (Identity), so that no reader parses
         the name back."""
         return {"session": self.name, "device": self.device, "line": self.line,
                 "row": self.torch or "nightly", "label": self.label,
@@ -150,7 +164,8 @@ def _seconds(value, where: str) -> int:
 
 def _env(value, where: str) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, dict) or not all(
-            isinstance(k, str) and re.fullmatch(r"[A-Z_][A-Z0-9_]*", k) and isinstance(v, str) for k, v in value.items()):
+            isinstance(k, str) and re.fullmatch(r"[A-Z_][A-Z0-9_]*", k) and isinstance(v, str)
+            for k, v in value.items()):
         raise MatrixError(f"{where}: env must be a table of NAME = \"text\" (environment variables), not {value!r}")
     return tuple(sorted(value.items()))
 
@@ -191,7 +206,8 @@ def load(path: pathlib.Path = MATRIX_FILE) -> list[Session]:
             lightning=str(_require(row, "lightning", where)),
             python=str(_require(row, "python", where)),
             extra=tuple(row.get("extra", ())),
-            case_timeout=_seconds(row.get("case_timeout", defaults.get("case_timeout", limits.DEFAULT_TIME_LIMIT)), where),
+            case_timeout=_seconds(row.get("case_timeout", defaults.get("case_timeout", limits.DEFAULT_TIME_LIMIT)),
+                                  where),
             label=label,
             env=_env(row.get("env", {}), where),
         )

@@ -11,8 +11,10 @@ import dataclasses
 import pathlib
 import re
 import signal
+from collections.abc import Iterable, Iterator
 
 from harness.core import versions
+from harness.core.errors import BadInput
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +47,8 @@ OUTCOMES = {o.name: o for o in (
     Outcome("flaky", 6, "🔀", "flaky", "attempts disagreed", "neutral", False, None, "passed", "background: #f9a8d4;"),
     Outcome("error", 7, "⚠️", "ERROR", "the harness or environment broke", "failing", True, 4, "error",
             "background: #c084fc;"),
-    Outcome("timeout", 8, "⏱️", "T/O", "ran past its time limit", "failing", True, None, "error", "background: #fb923c;"),
+    Outcome("timeout", 8, "⏱️", "T/O", "ran past its time limit", "failing", True, None, "error",
+            "background: #fb923c;"),
     Outcome("crash", 9, "💥", "CRASH", "its process died, or ran out of memory", "failing", True, None, "error",
             "background: #991b1b; color: #fff;"),
 )}
@@ -56,7 +59,8 @@ HARD = tuple(n for n, o in OUTCOMES.items() if o.fails_session)  # fail, error, 
 DECLARED = ("known", "limitation")  # outcomes a case declares, each with its reference
 REFERENCED = (*DECLARED, "fixed")  # outcomes whose record names the one reference they met or no longer meet
 RAISED = ("fail", *DECLARED)  # the case raised (its own failure, a known bug, a limitation): a bug to reduce
-CUT_SHORT = frozenset({"error", "timeout", "crash"})  # its process may have stopped mid-write: nothing it built is shared
+# A case cut short: its process may have stopped mid-write, so nothing it built is shared.
+CUT_SHORT = frozenset({"error", "timeout", "crash"})
 RETRIED = frozenset({"fail", "error"})  # a case that ends so runs again (--case-reruns)
 HARNESS_FAULTS = frozenset({"error"})  # the harness or its environment broke, not the case
 NOT_CARRIED = HARNESS_FAULTS  # the harness failed to run the case: never carried to a later run
@@ -77,7 +81,7 @@ def qualname(cls) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def exception_chain(exc: BaseException):
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
     """`exc` and what it was raised from or during, innermost last."""
     seen = set()
     while exc is not None and id(exc) not in seen:
@@ -175,7 +179,7 @@ def upstream_link(ref: str | None) -> str:
     match = re.fullmatch(r"([\w.-]+/[\w.-]+):([\w./-]+)", ref or "")
     if match:
         return f"https://github.com/{match[1]}/blob/HEAD/{match[2]}"
-    return ref if re.match(r"https?://", ref or "") else ""
+    return ref if ref and re.match(r"https?://", ref) else ""
 
 
 def expected_failures(item) -> list[Expected]:
@@ -186,6 +190,8 @@ def expected_failures(item) -> list[Expected]:
             args, kwargs = list(marker.args), marker.kwargs
             ref = args[0] if args else kwargs["ref"]
             raises = kwargs.get("raises") or (args[1] if len(args) > 1 else None)
+            if raises is None:  # the marker requires it: said, rather than an AttributeError on None
+                raise BadInput(f"@pytest.mark.{marker_name}({ref!r}) names no `raises` (the exception types)")
             names = raises if isinstance(raises, (list, tuple)) else [raises]
             found.append(Expected(kind, ref, tuple(n if isinstance(n, str) else n.__name__ for n in names),
                                   kwargs.get("match"), kwargs.get("since"), kwargs.get("until")))
@@ -208,9 +214,17 @@ def out_of_memory(exc: BaseException) -> bool:
 
 def leaf_exceptions(exc: BaseException) -> list[BaseException]:
     """The exceptions an ExceptionGroup holds (a property case's distinct failures), else [exc]."""
-    if is_instance_named(exc, "BaseExceptionGroup") and getattr(exc, "exceptions", None):
-        return [leaf for inner in exc.exceptions for leaf in leaf_exceptions(inner)]
+    inners = getattr(exc, "exceptions", None) if is_instance_named(exc, "BaseExceptionGroup") else None
+    if inners:
+        return [leaf for inner in inners for leaf in leaf_exceptions(inner)]
     return [exc]
+
+
+def clean_outcome(declared_kinds: Iterable[str]) -> str:
+    """The outcome of a case's run that raised nothing, given the kinds of failure it declares for this torch:
+    `fixed` where one is an upstream bug (it no longer reproduces), else `pass`. The runner's rule and every
+    reproduction script's."""
+    return "fixed" if "known" in set(declared_kinds) else "pass"
 
 
 def classify_exception(exc: BaseException, declared: list[Expected]) -> tuple[str, str | None]:

@@ -16,26 +16,18 @@ import os
 import pathlib
 import sys
 import tempfile
-from typing import Optional, TypedDict
+from typing import TYPE_CHECKING, Optional, TypedDict, cast
 
-from harness.core import paths
+from harness.core import matrix, paths
 from harness.core.caseid import CaseIdentity
 from harness.core.errors import BadInput
 from harness.core.outcomes import OUTCOMES, REFERENCED
 
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's, and the lint checks for 3.10: the type only
+    from typing_extensions import Unpack
+
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
-
-
-class Identity(TypedDict):
-    """Who a session is, as harness.core.matrix defines it: never parsed back out of its name."""
-    session: str
-    device: str  # "cpu" or "cuda"
-    line: str  # the version line it is a step of: "cpu", or "cudaNN" (one per CUDA major)
-    row: str  # the torch row: its version pin, or "nightly"
-    label: Optional[str]  # a second environment of the row (another Python, extra packages)
-    plain: str  # the row's plain session (itself unless labelled)
-    lightning_of: Optional[str]  # the Lightning axis: the session whose pins it repeats with newer Lightning
 
 
 class Declaration(TypedDict, total=False):
@@ -48,25 +40,51 @@ class Declaration(TypedDict, total=False):
 
 
 class EnvironmentRecord(TypedDict, total=False):
+    """What harness.plugin.environment measures of a session, and what its recorder adds."""
     schema: int
     kind: str  # "environment"
     session: str
-    identity: Identity
+    identity: matrix.Identity
     started: str
     torch: str
     cuda: Optional[str]
-    python: str
+    cudnn: Optional[int]
+    triton: Optional[str]
     lightning: Optional[str]
+    pytorch_lightning: Optional[str]
+    python: str
+    python_executable: str
     gpu: Optional[str]
+    gpu_error: str  # why there is no `gpu` where one is visible but CUDA fails, if it does
     gpu_driver: Optional[str]
-    workers: dict  # {"count": xdist workers that ran the cases (0: none), "basis": why that many}
+    cpu: str
+    os: str
     git_commit: Optional[str]
+    harness_session: Optional[str]  # $HARNESS_SESSION: the session it records as (nox sets it)
+    install_environment: dict[str, str]  # harness.core.installs.INSTALL_VARIABLES that were set
+    torch_wheel: Optional[dict]  # where its torch came from (harness.core.venvs.torch_wheel)
+    packages: list[str]  # name==version of every distribution installed
+    compile_caches: dict
+    collect_env: str  # torch.utils.collect_env's report, or why there is none
+    workers: dict  # {"count": xdist workers that ran the cases (0: none), "basis": why that many}
+    cuda_guard: dict  # what the CUDA guard of each process that ran cases found (harness.plugin.cudaguard)
     reuse_keys: dict  # family -> the digest of what its cases depend on (harness.plugin.reuse)
     reuse_sources: dict  # the project's files those keys hold, path -> digest: what changed, when one did
     reused_from: dict
 
 
-class CaseRecord(TypedDict, total=False):
+class PhaseExtras(TypedDict, total=False):
+    """What a phase may report beside its outcome (phase_data's other keywords), and its case record
+    carries on (OPTIONAL_CASE_KEYS)."""
+    output_tail: str
+    log: str  # the worker log that holds a text the record cut
+    log_cut: str  # how much of what the case printed its log no longer holds (harness.plugin.workerlog)
+    workdir: str
+    attempts: list
+    leaked: list
+
+
+class CaseRecord(PhaseExtras, total=False):
     schema: int
     kind: str  # "case"
     case: str  # family/variant[params]: harness.core.caseid
@@ -81,9 +99,6 @@ class CaseRecord(TypedDict, total=False):
     duration: float
     nodeid: str
     location: Optional[dict]  # {"file", "line"}: the test function in cases/ (JUnit)
-    attempts: list
-    leaked: list
-    output_tail: str
     reused_from: dict
 
 
@@ -106,7 +121,7 @@ OPTIONAL_CASE_KEYS = ("attempts", "leaked", "output_tail", "reused_from", "workd
 PHASE_PROPERTY = "harness"  # the name of a phase's data among the user_properties of pytest's report
 
 
-class PhaseData(CaseIdentity, total=False):
+class PhaseData(CaseIdentity, PhaseExtras, total=False):
     """What one phase of a case reported (`setup`, `call`, `teardown`, or `crash` for a process that
     died), carried on pytest's report to the process that writes the record: the case record is the
     most severe phase's fields (case_record), with the figures of every phase."""
@@ -117,17 +132,11 @@ class PhaseData(CaseIdentity, total=False):
     reference: Optional[str]
     declared: list  # [Declaration]
     metrics: dict
-    output_tail: str
-    log: str  # the worker log that holds a text the record cut
-    log_cut: str  # how much of what the case printed its log no longer holds (harness.plugin.workerlog)
-    workdir: str
-    attempts: list
-    leaked: list
 
 
 def phase_data(identity: CaseIdentity, phase: str, outcome: str, exc_type: str | None = None,
                message: str | None = None, reference: str | None = None, declared=(), metrics=None,
-               **more) -> PhaseData:
+               **more: Unpack[PhaseExtras]) -> PhaseData:
     """A phase's data: the one builder, for the runner, a forked case's process and a dead worker."""
     return PhaseData(**identity, phase=phase, outcome=outcome, exc_type=exc_type, message=message,
                      reference=reference, declared=list(declared), metrics=dict(metrics or {}), **more)
@@ -144,7 +153,7 @@ def attach_phase(report, data: PhaseData) -> None:
 # Size bounds of a record. A case may raise a 10 MB message or print 17 MB; stored whole it makes a
 # results line of 30 MB that every reader (report, JUnit, reuse) chokes on. As pytest and PyTorch's
 # CI do, a long text keeps its head and its tail and says how much was cut; the whole of it stays in
-# the worker log the record names (`log`).
+# the worker log the record names (`log`). Each line is bounded as it is written (resultsfile.bounded_line).
 TEXT_LIMITS = {"message": 2000, "output_tail": 4000, "exc_type": 300,  # characters
                "collect_env": 20_000}  # the environment record's torch.utils.collect_env report
 OTHER_TEXT_LIMIT = 1000  # any other string of a record
@@ -167,57 +176,20 @@ def clip(text: str, limit: int) -> str:
     return f"{head}\n[... {len(text) - len(head) - len(tail):,} characters cut ...]\n{tail}"
 
 
-def text_limit(key: str) -> int:
-    """How many characters a record keeps of the text field `key` (before any tightening)."""
-    return TEXT_LIMITS.get(key, OTHER_TEXT_LIMIT)
+def text_limit(key: str | None) -> int:
+    """How many characters a record keeps of the text field `key` (None: a text that is no field's),
+    before any tightening."""
+    return OTHER_TEXT_LIMIT if key is None else TEXT_LIMITS.get(key, OTHER_TEXT_LIMIT)
 
 
-def _bounded(value, key: str | None, scale: float):
-    if isinstance(value, str):
-        if key in PLACES:
-            return value
-        value = portable(value)
-        if key in UNCLIPPED:
-            return clip(value, NAME_LIMIT)
-        return clip(value, max(int(text_limit(key) * scale), 40))
-    if isinstance(value, dict):
-        entries = list(value.items())
-        if len(entries) > DICT_LIMIT:  # a case's own figures, say: the first ones, and how many more
-            entries = [*entries[:DICT_LIMIT], ("[cut]", f"{len(entries) - DICT_LIMIT} more entries")]
-        return {clip(portable(str(k)), KEY_LIMIT): _bounded(v, k, scale) for k, v in entries}
-    if isinstance(value, (list, tuple)):
-        items = [_bounded(v, key, scale) for v in value]
-        limit = LIST_LIMITS.get(key, LIST_LIMIT)
-        if len(items) > limit:
-            half = limit // 2
-            items = [*items[:half], f"[... {len(items) - 2 * half} items cut ...]", *items[-half:]]
-        return items
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return _bounded(str(value), key, scale)  # a path, a version: written as its text
-
-
-def bounded_line(record: dict) -> str:
-    """The record as one results line of at most LINE_LIMIT bytes, its texts `portable`: every text
-    field within its limit, the limits tightened where the fields together still exceed the line's."""
-    scale = 1.0
-    while True:
-        line = json.dumps(_bounded(record, None, scale))
-        if len(line.encode()) <= LINE_LIMIT or scale < 1e-3:
-            return line
-        scale /= 2
-
-
-def identity(session: str, torch: str | None = None, gpu: bool = False) -> Identity:
+def identity(session: str, torch: str | None = None, gpu: bool = False) -> matrix.Identity:
     """The session's identity from the matrix (harness.core.matrix.Session.identity); a session
     outside the matrix (a local run) is its own plain row on the device it ran on."""
-    from harness.core import matrix
-
     try:
         return matrix.find(session).identity
     except matrix.MatrixError:
         device = "cuda" if gpu else "cpu"
-        return Identity(session=session, device=device, line=device, row=torch or "?", label=None, plain=session,
+        return matrix.Identity(session=session, device=device, line=device, row=torch or "?", label=None, plain=session,
                         lightning_of=None)
 
 
@@ -245,8 +217,8 @@ def case_record(data: PhaseData, **more) -> CaseRecord:
     """A case record from what a run reported (`data`: the worst phase's)."""
     record = {"kind": "case", **{key: data.get(key) for key in CASE_KEYS}, **more}
     record["declared"] = record["declared"] or []
-    record.update({key: data[key] for key in OPTIONAL_CASE_KEYS if data.get(key)})
-    return record
+    record.update({key: data.get(key) for key in OPTIONAL_CASE_KEYS if data.get(key)})
+    return cast(CaseRecord, record)  # CASE_KEYS, OPTIONAL_CASE_KEYS and the callers' `more` are its fields
 
 
 def _from_upstream(outcome: str, refs: list) -> dict:
@@ -285,10 +257,12 @@ class ResultsError(BadInput):
 
 # What each kind of record must hold for a reader to use it (key: its types), and the types of what it may
 # hold; a record otherwise is passed over and said, as a line that is no record is.
-REQUIRED = {"case": {"case": (str,)}, "end": {"exitstatus": (int,)}, "environment": {}}
-TYPED = {"case": {"family": (str,), "params": (dict,), "message": (str, type(None)), "exc_type": (str, type(None)),
-                  "nodeid": (str,)},
-         "end": {"counts": (dict,)}, "environment": {"session": (str,)}}
+REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
+    "case": {"case": (str,)}, "end": {"exitstatus": (int,)}, "environment": {}}
+TYPED: dict[str, dict[str, tuple[type, ...]]] = {
+    "case": {"family": (str,), "params": (dict,), "message": (str, type(None)), "exc_type": (str, type(None)),
+             "nodeid": (str,)},
+    "end": {"counts": (dict,)}, "environment": {"session": (str,)}}
 
 
 def _record_of(line: bytes) -> tuple[dict | None, str]:
@@ -329,19 +303,22 @@ def read(path: pathlib.Path, passed_over=warn) -> list[dict]:
         lines = path.read_bytes().split(b"\n")
     except OSError as exc:
         raise ResultsError(f"{path}: cannot read: {exc}") from exc
-    found, foreign, seen = [], [], {}
+    found: list[dict] = []
+    foreign: list[str] = []
+    seen: dict[str, tuple[int, dict]] = {}  # case id -> (its line, its first record)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         record, why = _record_of(line)
-        if record is None and not found:
+        if not found and record is None:
             raise ResultsError(f"{path}:{number}: {why}")
-        if not found and record["kind"] != "environment":
+        if not found and record is not None and record["kind"] != "environment":
             raise ResultsError(f"{path}:{number}: the file does not start with an environment record")
         if record is not None and record["kind"] == "case" and record["case"] in seen:
             first_line, first = seen[record["case"]]
-            record, why = None, (f"{record['case']} recorded again ({first['outcome']} at line {first_line}, then "
-                                 f"{record['outcome']}): the first record is kept")
+            why = (f"{record['case']} recorded again ({first['outcome']} at line {first_line}, then "
+                   f"{record['outcome']}): the first record is kept")
+            record = None
         if record is None:
             foreign.append(f"line {number}: {why}")
         else:
@@ -356,26 +333,23 @@ def read(path: pathlib.Path, passed_over=warn) -> list[dict]:
     return found
 
 
+def salvaged(path: pathlib.Path) -> list[dict]:
+    """The records of a results file that may be damaged, in order: a line that is not a record this
+    harness reads is passed over, so a run killed mid-write still answers. OSError is the caller's."""
+    lines = pathlib.Path(path).read_bytes().split(b"\n")
+    return [record for record, _ in map(_record_of, filter(bytes.strip, lines)) if record is not None]
+
+
 def find_case(path: pathlib.Path, case_id: str) -> tuple[dict | None, dict | None]:
-    """(environment record, last record of `case_id`) of a results file that may be damaged:
-    a line that does not parse is passed over, so a run killed mid-write still answers."""
-    environment = record = None
+    """(the last environment record, the last record of `case_id`) of a results file that may be
+    damaged (salvaged); (None, None) where it cannot be read."""
     try:
-        lines = pathlib.Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        found = salvaged(path)
     except OSError:
         return None, None
-    for line in lines:
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(data, dict) or data.get("schema") not in READABLE_SCHEMAS:
-            continue
-        if data.get("kind") == "environment":
-            environment = upgrade(data)
-        elif data.get("kind") == "case" and data.get("case") == case_id and data.get("outcome") in OUTCOMES:
-            record = upgrade(data)
-    return environment, record
+    environments = [r for r in found if r["kind"] == "environment"]
+    cases = [r for r in found if r["kind"] == "case" and r["case"] == case_id]
+    return (environments[-1] if environments else None), (cases[-1] if cases else None)
 
 
 def write_atomically(path: pathlib.Path, text: str) -> None:

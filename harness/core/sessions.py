@@ -15,6 +15,7 @@ CASES = "cases/"
 SESSION_ENV = "HARNESS_SESSION"  # the session a pytest run records as (nox sets it)
 WORKERS_ENV = "HARNESS_WORKERS"  # how many xdist workers run a session's cases (default: choose_workers())
 WORKERS_BASIS_ENV = "HARNESS_WORKERS_BASIS"  # why that many: the environment record keeps it
+EXPLORE_ENV = "HARNESS_EXPLORE"  # N: the property cases draw N examples each (harness.plugin.properties)
 # What one worker of a CUDA session may take of the GPU: its cases' CUDA context (about 0.5 GiB each,
 # one per forked child at a time), their tensors, and what max-autotune's benchmarks allocate.
 GPU_GIB_PER_WORKER = 4
@@ -46,11 +47,11 @@ def choose_workers(spec: matrix.Session) -> Workers:
         memory = limits.machine_memory_gib()
         count = max(1, min(cores, int(memory // CPU_GIB_PER_WORKER)))
         return Workers(count, f"{cores} cores, {memory:.0f} GiB of memory at {CPU_GIB_PER_WORKER} GiB a worker")
-    memory = envcheck.gpu_memory_gib()
-    if memory is None:
+    gpu_memory = envcheck.gpu_memory_gib()
+    if gpu_memory is None:
         return Workers(1, "a CUDA session on a machine whose GPU memory nvidia-smi does not give: one worker")
-    count = max(1, min(cores, int(memory // GPU_GIB_PER_WORKER)))
-    return Workers(count, f"{cores} cores, {memory:.0f} GiB of GPU memory at {GPU_GIB_PER_WORKER} GiB a worker")
+    count = max(1, min(cores, int(gpu_memory // GPU_GIB_PER_WORKER)))
+    return Workers(count, f"{cores} cores, {gpu_memory:.0f} GiB of GPU memory at {GPU_GIB_PER_WORKER} GiB a worker")
 
 
 COMPILE_CACHES_ENV = "HARNESS_COMPILE_CACHES"  # where a session's cases keep their compile caches, one each
@@ -78,8 +79,8 @@ def script_cache_env(venv: os.PathLike) -> dict:
 
 # pytest options whose value is the next argument: that value is not a path to run.
 _TAKES_VALUE = {"-k", "-m", "-p", "-c", "-o", "-n", "-W", "--maxfail", "--timeout", "--timeout-method",
-                "--results-dir", "--session-name", "--case-reruns", "--memory-limit", "--isolation", "--deselect", "--ignore",
-                "--ignore-glob", "--rootdir", "--basetemp", "--durations", "--junitxml", "--junit-xml",
+                "--results-dir", "--session-name", "--case-reruns", "--memory-limit", "--isolation", "--deselect",
+                "--ignore", "--ignore-glob", "--rootdir", "--basetemp", "--durations", "--junitxml", "--junit-xml",
                 "--dist", "--max-worker-restart", "--capture", "--tb", "-r", "--log-level", "--confcutdir"}
 
 
@@ -134,7 +135,8 @@ def check_args(args) -> None:
         raise BadInput(f"no such case file: {missing[0]}")
     for option, kind, what in (("--timeout", float, "a number of seconds, 0 or more"),
                                ("--case-reruns", int, "a number of reruns, 0 or more"),
-                               ("-n", int, "a number of workers, 0 or more"), ("--numprocesses", int, "a number of workers, 0 or more")):
+                               ("-n", int, "a number of workers, 0 or more"),
+                               ("--numprocesses", int, "a number of workers, 0 or more")):
         for value in _values(args, option):
             if not _number(value, kind) and not (option in ("-n", "--numprocesses") and value in ("auto", "logical")):
                 raise BadInput(f"{option} {value!r}: {what}")

@@ -22,9 +22,15 @@ import hashlib
 import io
 import json
 import pathlib
+import sys
 import tokenize
 
 from harness.core import caseid, paths
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
 
 # The harness folders that run in a session (the layering keeps them from importing the others): a
 # change to any other module (the report, repro, bisect) re-runs nothing.
@@ -42,7 +48,7 @@ def _docstring_lines(tree: ast.AST) -> set[int]:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
                     and isinstance(first.value.value, str):
-                lines.update(range(first.lineno, first.end_lineno + 1))
+                lines.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
     return lines
 
 
@@ -169,10 +175,6 @@ def pytest_configuration(root: pathlib.Path = paths.ROOT) -> dict[str, str]:
     """pytest's configuration of a session's run, which changes what a case does (`filterwarnings =
     ["error"]` fails a case that warns): pyproject.toml's pytest table, and the files pytest reads at the
     checkout's root where they exist."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
     found = {}
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import Any, Mapping, TextIO
 
 from harness.core import paths
 
-CASE_KEYS = ("duration",)  # of a case record
+CASE_TIME_KEYS = ("duration",)  # of a case record
 METRIC_KEYS = ("compile_s", "run_s")  # among a case's metrics
 END_KEYS = ("seconds",)  # of the end record
 
@@ -26,15 +27,15 @@ def path_for(results: pathlib.Path) -> pathlib.Path:
     return paths.results_subdir(paths.TIMINGS, results.parent) / results.name
 
 
-def split(record: dict) -> tuple[dict, dict | None]:
+def split(record: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict | None]:
     """(the record as the table keeps it, its times or None)."""
     if record.get("kind") == "case":
         metrics = record.get("metrics") or {}
-        times = {key: record[key] for key in CASE_KEYS if key in record}
+        times = {key: record[key] for key in CASE_TIME_KEYS if key in record}
         times.update({key: metrics[key] for key in METRIC_KEYS if key in metrics})
         if not times:
             return record, None
-        kept = {k: v for k, v in record.items() if k not in CASE_KEYS}
+        kept = {k: v for k, v in record.items() if k not in CASE_TIME_KEYS}
         if "metrics" in record:
             kept["metrics"] = {k: v for k, v in metrics.items() if k not in METRIC_KEYS}
         return kept, {"kind": "case", "case": record["case"], **times}
@@ -48,7 +49,8 @@ class Writer:
     """Appends the times of a run, the file made anew by its first write."""
 
     def __init__(self, results: pathlib.Path):
-        self.path, self.handle = path_for(results), None
+        self.path = path_for(results)
+        self.handle: TextIO | None = None
 
     def write(self, times: dict) -> None:
         if self.handle is None:
@@ -85,7 +87,7 @@ def merged(records: list[dict], found: dict) -> list[dict]:
     for record in records:
         times = found["cases"].get(record.get("case")) if record.get("kind") == "case" else None
         if times:
-            record = {**record, **{k: times[k] for k in CASE_KEYS if k in times},
+            record = {**record, **{k: times[k] for k in CASE_TIME_KEYS if k in times},
                       "metrics": {**(record.get("metrics") or {}), **{k: times[k] for k in METRIC_KEYS if k in times}}}
         elif record.get("kind") == "end" and "seconds" in found:
             record = {**record, "seconds": found["seconds"]}

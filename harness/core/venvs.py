@@ -14,39 +14,14 @@ import subprocess
 import sys
 
 from harness.core import matrix, paths, versions
-
-STAMP = "harness-pins.json"
-# Environment variables that change what uv (or pip, without uv) installs. A session installs
-# with them as they are, says so, and records them: in the venv's stamp (a change rebuilds it)
-# and in the results' environment record.
-INSTALL_VARIABLES = (
-    "UV_INDEX", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_NO_INDEX",
-    "UV_INDEX_STRATEGY", "UV_TORCH_BACKEND", "UV_PRERELEASE", "UV_RESOLUTION", "UV_EXCLUDE_NEWER", "UV_OVERRIDE",
-    "UV_CONSTRAINT", "UV_BUILD_CONSTRAINT", "UV_NO_BINARY", "UV_NO_BINARY_PACKAGE", "UV_NO_BUILD",
-    "UV_NO_BUILD_PACKAGE", "UV_CONFIG_FILE", "UV_NO_CONFIG", "UV_PYTHON_PREFERENCE",  # not UV_PYTHON: nox sets it
-    "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_PRE", "PIP_CONSTRAINT",
-    "PIP_ONLY_BINARY", "PIP_NO_BINARY", "PIP_CONFIG_FILE",
+from harness.core.installs import (
+    HARNESS_REQUIREMENTS,
+    TORCH_WHEEL_FILE,
+    install_environment,
+    installed_torch_wheel,
 )
 
-
-def harness_requirements() -> list[str]:
-    """What every case session installs beside its pins: the `session` extra of pyproject.toml,
-    the one place the tools' versions are bounded."""
-    try:
-        import tomllib
-    except ImportError:  # Python < 3.11
-        import tomli as tomllib
-    table = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())
-    return list(table["project"]["optional-dependencies"]["session"])
-
-
-HARNESS_REQUIREMENTS = harness_requirements()
-
-
-def install_environment(environ=None) -> dict:
-    """The set variables of INSTALL_VARIABLES."""
-    environ = os.environ if environ is None else environ
-    return {name: environ[name] for name in INSTALL_VARIABLES if environ.get(name)}
+STAMP = "harness-pins.json"
 
 
 # --- where a CPU session's torch comes from ---------------------------------------------------------
@@ -56,7 +31,6 @@ def install_environment(environ=None) -> dict:
 # a mirror; this variable can (a company mirror, the tests' index on 127.0.0.1).
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 CPU_INDEX_ENV = "HARNESS_CPU_INDEX"
-TORCH_WHEEL_FILE = "harness-torch-wheel.json"  # in the venv: which build it got, for the environment record
 CPU_BUILD, REGISTRY_BUILD = "cpu", "registry default"
 # `registry`: a CPU session takes the registry's build even where the CPU index has one (to compare
 # like with like against a table measured on that build).
@@ -95,15 +69,6 @@ def torch_wheel(spec: matrix.Session) -> dict:
     if why_not:
         return {"build": REGISTRY_BUILD, "index": None, "reason": why_not}
     return {"build": CPU_BUILD, "index": cpu_index()}
-
-
-def installed_torch_wheel(prefix: os.PathLike | None = None) -> dict | None:
-    """What torch_wheel() chose when the venv at `prefix` (default: the running one) was built."""
-    path = pathlib.Path(prefix or sys.prefix) / TORCH_WHEEL_FILE
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 class SessionError(Exception):
@@ -205,7 +170,8 @@ def install_steps(spec: matrix.Session, wheel: dict, tools=None) -> list[list[st
 
 def describe_wheel(wheel: dict) -> str:
     """What a session logs of torch_wheel()'s choice."""
-    return (f"torch: the {wheel['build']} build" + (f" from {wheel['index']}" if wheel["index"] else " from the registry")
+    return (f"torch: the {wheel['build']} build"
+            + (f" from {wheel['index']}" if wheel["index"] else " from the registry")
             + (f" ({wheel['reason']})" if wheel.get("reason") else ""))
 
 
@@ -279,11 +245,14 @@ def with_lightning(spec: matrix.Session, location: os.PathLike) -> tuple[pathlib
         if done.returncode != 0:
             raise SessionError(f"switching {location} to lightning {spec.lightning} failed (exit {done.returncode})")
         stamp.write_text(wanted)
+    torch = spec.torch
+    if torch is None:  # the nightly: no torch release to check (a row along Lightning is never the nightly)
+        raise SessionError(f"{location} cannot be checked against {spec.name}'s pins: it pins no torch release")
     found = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(*(m.version(d) for d in "
                             "('torch', 'lightning', 'pytorch-lightning')))"], capture_output=True, text=True)
     held = found.stdout.split()
     if len(held) != 3 or not all(versions.same_release(have, pin) for have, pin in
-                                 zip(held, (spec.torch, spec.lightning, spec.lightning))):
+                                 zip(held, (torch, spec.lightning, spec.lightning), strict=True)):
         raise SessionError(f"{location} holds torch, lightning, pytorch-lightning {' '.join(held) or '(unreadable)'}"
                            f", not the pins torch {spec.torch}, lightning {spec.lightning}")
     return python, False
@@ -294,8 +263,10 @@ def ensure_venv(session: str | matrix.Session, envdir: os.PathLike | None = None
     """The python of `session`'s venv, built with `nox -s SESSION --install-only` when missing
     (None instead when `build` is false); an environment outside the table (given as its spec) is
     built by build_venv."""
-    outside = isinstance(session, matrix.Session)  # a spec: an environment outside the table
-    spec = session if outside else matrix.find(session)
+    if isinstance(session, matrix.Session):  # a spec: an environment outside the table
+        spec, outside = session, True
+    else:
+        spec, outside = matrix.find(session), False
     python = venv_python(spec.name, envdir)
     if python.exists():
         return python

@@ -31,8 +31,8 @@ def pytest_addoption(parser):
                     help="results file name (default $HARNESS_SESSION, else local_torch<version>)")
     group.addoption("--case-reruns", type=int, default=limits.case_reruns(),
                     help="run a failing case this many more times; attempts that disagree make it `flaky` "
-                         f"(default ${limits.RERUNS_ENV} or {limits.DEFAULT_RERUNS}; pytest-rerunfailures' --reruns and flaky marker "
-                         "set it too where that plugin is installed)")
+                         f"(default ${limits.RERUNS_ENV} or {limits.DEFAULT_RERUNS}; pytest-rerunfailures' --reruns "
+                         "and flaky marker set it too where that plugin is installed)")
     group.addoption("--reuse-plan", default=None, metavar="PATH",
                     help="written by `python -m harness.plugin.reuse` (nox sessions): records to carry over from the "
                          "last run into this one, and the reuse keys to keep")
@@ -43,7 +43,8 @@ def pytest_addoption(parser):
                          "process itself, with known torch state reset between cases; `auto` (default, or "
                          "$HARNESS_ISOLATION), fork where a forked child can run cases")
     group.addoption("--lightning-cases", action="store_true",
-                    help="run only the cases that use Lightning (harness.plugin.lightning_use): a Lightning-axis session")
+                    help="run only the cases that use Lightning (harness.plugin.lightning_use): "
+                         "a Lightning-axis session")
     group.addoption("--cuda-cases", action="store_true",
                     help="run only the cases whose device is `cuda`: a CUDA session (the cells on the CPU of its "
                          "torch row are its CPU session's)")

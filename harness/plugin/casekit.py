@@ -100,9 +100,9 @@ class Case:
         for attempt in range(runs):
             self.compared = expected, self.compiled_run(compiled, inputs, attempt)
             self.record(graphs=counters["stats"]["unique_graphs"], graph_breaks=sum(counters["graph_break"].values()))
-            for kind, wanted, got in zip(("output", "gradient"), *self.compared):
+            for kind, wanted, got in zip(("output", "gradient"), *self.compared, strict=True):
                 assert len(got) == len(wanted), f"compiled gave {len(got)} {kind}s, eager {len(wanted)}"
-                for i, (e, a) in enumerate(zip(wanted, got)):
+                for i, (e, a) in enumerate(zip(wanted, got, strict=True)):
                     torch.testing.assert_close(a, e, **(tolerances or TOLERANCES.get(getattr(e, "dtype", None), {})),
                                                msg=lambda m, k=kind, i=i: f"{k} {i}: {m}")
         return self.compared[1][0]
@@ -147,7 +147,7 @@ class RecompileCounter(logging.Handler):
     """Counts Dynamo's own "Recompiling function ..." log records (what TORCH_LOGS=recompiles
     shows): the one signal every torch from 2.1 gives for a recompile."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)
         self.count = 0
         self.reasons: list[str] = []
@@ -185,7 +185,7 @@ class RecompileCounter(logging.Handler):
 
 def max_abs_diff(expected: list, actual: list) -> float | None:
     diffs = [(e.detach().double() - a.detach().double()).abs().max().item()
-             for e, a in zip(expected, actual)
+             for e, a in zip(expected, actual, strict=False)  # a failed check: the counts may differ
              if e is not None and a is not None and e.shape == a.shape and e.numel()]
     return max(diffs) if diffs else None
 
@@ -242,7 +242,8 @@ class GraphRecorder:
     def __init__(self, backend: str):
         from torch._dynamo.backends.registry import lookup_backend
 
-        self.backend, self.graphs = lookup_backend(backend), []
+        self.backend = lookup_backend(backend)
+        self.graphs: list = []  # torch.fx.GraphModule, as Dynamo hands them over
 
     def __call__(self, gm, example_inputs):
         self.graphs.append(gm)

@@ -85,7 +85,7 @@ def _link_if_missing(source: str, target: str) -> None:
 def _builds(inductor: pathlib.Path) -> dict[str, tuple[int, int]]:
     """The C++ builds under an inductor cache directory, by relative path: in the folder of two characters
     that inductor names after the hash of a build's source (`c<hash>.so` in `<hash[:2]>/`), nowhere else."""
-    found = {}
+    found: dict[str, tuple[int, int]] = {}
     try:
         folders = [entry for entry in os.scandir(inductor) if len(entry.name) == 2 and entry.is_dir()]
     except FileNotFoundError:
@@ -102,7 +102,7 @@ class CaseCaches:
     """The compile caches of one process that runs cases (`worker`: xdist's worker id, or `main`)
     under `root` ($HARNESS_COMPILE_CACHES, else the pytest run's temporary directory)."""
 
-    def __init__(self, root: os.PathLike, worker: str):
+    def __init__(self, root: str | os.PathLike[str], worker: str):
         self.root = pathlib.Path(root).absolute()
         self.link = self.root / "current" / worker
         self.warm_up = self.root / "warm-up" / worker

@@ -193,7 +193,7 @@ def _refusing(name: str, real):
             f"(a child could not use CUDA); torch._C.{name} asked at {where}")
 
     refused.__name__ = name
-    refused.__wrapped__ = real
+    refused.__wrapped__ = real  # type: ignore[attr-defined]  # typeshed's functions have none; release() reads it
     return refused
 
 

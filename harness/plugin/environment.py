@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 from harness.core import paths, records, versions
+from harness.core.installs import install_environment, installed_torch_wheel
 from harness.core.sessions import COMPILE_CACHES_ENV, SESSION_ENV
-from harness.core.venvs import install_environment, installed_torch_wheel
 
 
 def git_commit(root: pathlib.Path = paths.ROOT) -> str | None:
@@ -35,7 +35,7 @@ def _in_checkout(dist, root: pathlib.Path) -> bool:
 
 def installed_packages(root: pathlib.Path = paths.ROOT) -> list[str]:
     """`name==version` of every distribution the interpreter sees, but the checkout's own (`root`)."""
-    names = {}
+    names: dict[str, str] = {}
     for dist in importlib.metadata.distributions():  # in sys.path's order: the first of a name is the one imported
         name = dist.metadata["Name"]
         if name and not _in_checkout(dist, pathlib.Path(root).resolve()):
@@ -100,12 +100,12 @@ def _gpu_name() -> tuple[str | None, str | None]:
         return None, f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
-def environment_record(session: str) -> dict:
+def environment_record(session: str) -> records.EnvironmentRecord:
     import torch
 
     info, pretty = _collect_env()
     gpu_name, gpu_error = _gpu_name()
-    return {
+    record: records.EnvironmentRecord = {
         "kind": "environment",
         "session": session,
         "identity": records.identity(session, torch.__version__, torch.cuda.is_available()),
@@ -119,7 +119,10 @@ def environment_record(session: str) -> dict:
         "python": platform.python_version(),
         "python_executable": sys.executable,
         "gpu": gpu_name,
-        **({"gpu_error": gpu_error} if gpu_error else {}),
+    }
+    if gpu_error:  # beside `gpu`, where there is one
+        record["gpu_error"] = gpu_error
+    record.update({
         "gpu_driver": getattr(info, "nvidia_driver_version", None),
         "cpu": _cpu_model(getattr(info, "cpu_info", None)),
         "os": getattr(info, "os", None) or platform.platform(),
@@ -130,7 +133,8 @@ def environment_record(session: str) -> dict:
         "packages": installed_packages(),
         "compile_caches": compile_caches(),
         "collect_env": pretty,
-    }
+    })
+    return record
 
 
 if __name__ == "__main__":  # the plugin runs this beside the session to gather the record

@@ -20,6 +20,7 @@ import select
 import signal
 import sys
 import time
+from typing import Any
 
 from harness.core import limits
 from harness.plugin import cudaguard
@@ -75,7 +76,8 @@ def fork_children(count: int, timeout: float) -> list[dict]:
                 os._exit(0)
         os.close(write)
         running[read] = (index, pid)
-    answers, chunks = [None] * count, {fd: b"" for fd in running}
+    answers: dict[int, dict] = {}  # by index: every child's, once each has answered or been killed
+    chunks = {fd: b"" for fd in running}
     deadline = time.monotonic() + timeout
     while running and time.monotonic() < deadline:
         ready, _, _ = select.select(list(running), [], [], max(0.0, deadline - time.monotonic()))
@@ -96,7 +98,7 @@ def fork_children(count: int, timeout: float) -> list[dict]:
         os.waitpid(pid, 0)
         os.close(fd)
         answers[index] = {"ok": False, "error": f"no answer in {timeout:g} s"}
-    return answers
+    return [answers[index] for index in range(count)]
 
 
 def main(argv=None) -> int:
@@ -114,8 +116,8 @@ def main(argv=None) -> int:
     warm_up(forking=True, compile_kernels=not cudaguard.gpu_visible())
     memory = limits.memory_limit_bytes(limits.memory_limit(), args.workers)
     limits.limit_memory(memory)
-    warm = {"guard": cudaguard.summary(), "seconds": round(time.monotonic() - started, 2),
-            "memory_limit_gib": round(memory / 2**30, 1) if memory else None}
+    warm: dict[str, Any] = {"guard": cudaguard.summary(), "seconds": round(time.monotonic() - started, 2),
+                            "memory_limit_gib": round(memory / 2**30, 1) if memory else None}
     try:
         cudaguard.probe()
     except cudaguard.WarmProcessSpoiled as exc:

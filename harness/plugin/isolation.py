@@ -142,7 +142,7 @@ def _read_all(fd: int, pid: int, deadline: float | None) -> tuple[bytes, bool, i
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             if watch is None:  # no exit descriptor: look again every 50 ms
                 wait = 0.05 if wait is None else min(wait, 0.05)
-            ready, _, _ = select.select([fd] * pipe_open + [watch] * (watch is not None), [], [], wait)
+            ready, _, _ = select.select([fd] * pipe_open + ([watch] if watch is not None else []), [], [], wait)
             if fd in ready:
                 chunk = _read_some(fd)
                 pipe_open = bool(chunk)  # EOF: every writer closed it; the exit is still to come
@@ -287,7 +287,8 @@ class ForkedAttempt:
         if status == 0 and sent and "reports" in sent:
             try:
                 reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in sent["reports"]]
-                return reports, sent["leaked"] + [f"process left running, killed after the case: {p}" for p in leftovers]
+                return reports, (sent["leaked"]
+                                 + [f"process left running, killed after the case: {p}" for p in leftovers])
             except Exception as error:  # logged in the record: what the worker could not read
                 return [self._harness_error("reading its reports in the worker", _describe(error), printed,
                                             time.time() - started)], []

@@ -13,7 +13,6 @@ import xml.etree.ElementTree as ElementTree
 from harness.core import caseid, records
 from harness.core.outcomes import OUTCOMES
 
-
 # What XML 1.0 cannot hold, even escaped (ESC, NUL, BEL, ...): ElementTree writes it as it is, and every
 # parser then refuses the whole file.
 NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

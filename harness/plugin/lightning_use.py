@@ -82,7 +82,8 @@ MARKER = "without_lightning"
 
 def lightning_items(items) -> tuple[list, list]:
     """(the items whose case uses Lightning, the others)."""
-    chosen, others = [], []
+    chosen: list = []
+    others: list = []
     for item in items:
         function = getattr(item, "function", None)
         uses = function is not None and uses_lightning(function) and item.get_closest_marker(MARKER) is None

@@ -30,16 +30,19 @@ import os
 import random
 import sys
 import zlib
+from typing import Optional, TypedDict
 
 import hypothesis
 from hypothesis import HealthCheck, Phase
 
 from harness.core import outcomes, timings
+from harness.core.sessions import EXPLORE_ENV
 
 if sys.version_info < (3, 11):  # hypothesis depends on the backport there
+    # mypy checks as 3.10 (pyproject.toml): the backport is installed only where the lint's Python is 3.10 too.
     from exceptiongroup import ExceptionGroup
 
-EXPLORE_ENV, SEED_ENV = "HARNESS_EXPLORE", "HARNESS_EXPLORE_SEED"
+SEED_ENV = "HARNESS_EXPLORE_SEED"
 # Examples drawn per property and cell in the table: where bugs live (AOTAutograd, inductor) more.
 TABLE_EXAMPLES = {"eager": 1, "aot_eager": 2, "inductor": 3}
 SLOW_CHECKS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
@@ -99,6 +102,7 @@ class ExampleFailure(Exception):
     (`failure_class`), raised from the example's own exception. Hypothesis shrinks each distinct
     failure apart by its class and place: without this, every failure of a program's script (one
     assert, one line) would be one failure to it, and only one would be shrunk."""
+    signature: str  # the signature its class stands for (failure_class sets it)
 
 
 _FAILURE_CLASSES: dict[str, type] = {}
@@ -108,6 +112,12 @@ def failure_class(signature: str) -> type:
     if signature not in _FAILURE_CLASSES:
         _FAILURE_CLASSES[signature] = type("ExampleFailure", (ExampleFailure,), {"signature": signature})
     return _FAILURE_CLASSES[signature]
+
+
+class RoundMark(TypedDict):
+    """Explore: where the current round started drawing, and where it stopped (its first new failure)."""
+    start: int  # examples run before the round
+    first_failure: Optional[int]
 
 
 def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
@@ -130,7 +140,7 @@ def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
     settled: set[str] = set()  # explore: signatures shrunk in an earlier round, or known
     ran = []
     drawn = 0  # explore: the examples hypothesis drew, what the budget counts (not its shrinking's runs)
-    this_round = {"start": 0, "first_failure": None}  # explore: where the round stopped drawing
+    this_round = RoundMark(start=0, first_failure=None)  # explore: where the round stopped drawing
     by_class: dict[str, int] = {}
 
     def run(program):
@@ -169,7 +179,7 @@ def explore(case, name: str, strategy, check, pinned=(), about=None) -> None:
         else:
             for round_seed in itertools.count(seed):  # each round draws what is left of the budget
                 left = hypothesis.settings(settings, max_examples=max(1, summary["max_examples"] - drawn))
-                this_round.update(start=len(ran), first_failure=None)
+                this_round.update({"start": len(ran), "first_failure": None})
                 found = explore_round(strategy, run, left, round_seed)
                 drawn += (this_round["first_failure"] or len(ran)) - this_round["start"]
                 if found is None or drawn >= summary["max_examples"]:
@@ -224,7 +234,7 @@ def described(program, exc: BaseException, metrics: dict, declared: list) -> dic
 
 def raise_failures(errors: list[BaseException], summary: dict) -> None:
     """One distinct failure as it is; several (by class and first line) as an ExceptionGroup."""
-    distinct = {}
+    distinct: dict[str, BaseException] = {}
     for exc in errors:
         distinct.setdefault(error_line(exc), exc)
     if len(distinct) == 1:

@@ -13,6 +13,8 @@ import pathlib
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -49,7 +51,7 @@ class EnvironmentProbe:
     def __init__(self, name: str):
         self.process = subprocess.Popen([sys.executable, "-m", "harness.plugin.environment", name],
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=paths.ROOT)
-        self.record = None
+        self.record: dict | None = None
 
     def result(self) -> dict:
         if self.record is None:
@@ -72,15 +74,15 @@ def _exit_status(worker) -> int | None:
 
 
 class ResultsRecorder:
-    def __init__(self, config):
+    def __init__(self, config) -> None:
         self.config = config
-        self.writer = None
-        self.environment = None
+        self.writer: resultsfile.ResultsWriter | None = None
+        self.environment: EnvironmentProbe | None = None
         self.pending: dict[str, list[dict]] = {}
         self.durations: dict[str, float] = {}
         self.locations: dict[str, dict] = {}  # nodeid -> {"file", "line"} of its test function
         self.counts: dict[str, int] = {}
-        self.worker_dir = None
+        self.worker_dir: pathlib.Path | None = None
         self.times: dict = {"cases": {}}  # the session's times (harness.core.timings), held for its JUnit file
 
     @pytest.hookimpl(tryfirst=True)
@@ -165,7 +167,7 @@ class ResultsRecorder:
 
     # --- records ---
 
-    def _write(self, record: dict) -> None:
+    def _write(self, record: Mapping[str, Any]) -> None:
         """A record into the results file, its times into the timings file beside it."""
         record, times = timings.split(record)
         if self.writer is None:
@@ -176,6 +178,7 @@ class ResultsRecorder:
             self.timings = timings.Writer(self.path)
             # The JUnit file beside it was the earlier run's: a run stopped before its end must not leave it.
             self.path.with_suffix(".xml").unlink(missing_ok=True)
+            assert self.environment is not None  # made at the session's start, before any record
             environment = self.environment.result()
             environment["workers"] = {"count": getattr(self.config.option, "numprocesses", None) or 0,
                                       "basis": os.environ.get(WORKERS_BASIS_ENV)}
@@ -198,6 +201,7 @@ class ResultsRecorder:
             from harness.plugin import cudaguard
 
             return {"main": cudaguard.summary()}
+        assert self.worker_dir is not None  # made at the session's start, before any record
         return workerlog.guard_summaries(self.worker_dir)
 
     def _refused_since_start(self) -> list[dict]:
@@ -226,7 +230,7 @@ class ResultsRecorder:
     def _finish(self, nodeid: str) -> None:
         phases = self.pending.pop(nodeid)
         worst = outcomes.worst(phases, outcome=lambda phase: phase["outcome"])
-        metrics = {}
+        metrics: dict = {}
         for phase in phases:
             metrics.update(phase.get("metrics") or {})
         record = records.case_record(worst, metrics=metrics, duration=round(self.durations.pop(nodeid, 0.0), 4),
@@ -257,7 +261,8 @@ class ResultsRecorder:
                                  round(time.time() - self.started, 2))
         stopped = session.shouldstop or session.shouldfail
         if stopped or int(session.exitstatus) in records.STOPPED_EXIT:
-            end["interrupted"] = str(stopped) if isinstance(stopped, str) else f"pytest exit status {int(session.exitstatus)}"
+            end["interrupted"] = (str(stopped) if isinstance(stopped, str)
+                                  else f"pytest exit status {int(session.exitstatus)}")
         recorded = {r.get("nodeid") for r in self.writer.records() if r.get("kind") == "case"}
         missing = [nodeid for nodeid in getattr(self, "collected", None) or [] if nodeid not in recorded]
         if missing:  # collected and never recorded: the run is not complete, and a later one runs them

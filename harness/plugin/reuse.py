@@ -38,8 +38,8 @@ import subprocess
 import sys
 
 from harness.core import caseid, limits, matrix, outcomes, paths, records, resultsfile, timings
-from harness.core.sources import family_files, family_sources, source_digests
 from harness.core.errors import BadInput
+from harness.core.sources import family_files, family_sources, source_digests
 from harness.plugin import junit
 from harness.plugin.environment import git_commit, installed_packages
 
@@ -59,7 +59,7 @@ def _first_output_line(command: list[str]) -> str | None:
         done = subprocess.run(command, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return (done.stdout.strip().splitlines() or [None])[0]
+    return next(iter(done.stdout.strip().splitlines()), None)
 
 
 VECTOR_ISA_FILE = "harness-vector-isa.json"  # in the venv: what pick_vec_isa answered, per machine
@@ -134,8 +134,8 @@ def machine(spec: matrix.Session) -> dict:
 
 def options(spec: matrix.Session) -> dict:
     """The options of a session's run that change outcomes."""
-    return {"case_timeout": limits.case_timeout(spec.case_timeout), "reruns": limits.case_reruns(), "memory_limit": limits.memory_limit(),
-            "env": dict(spec.env)}
+    return {"case_timeout": limits.case_timeout(spec.case_timeout), "reruns": limits.case_reruns(),
+            "memory_limit": limits.memory_limit(), "env": dict(spec.env)}
 
 
 def family_keys(spec: matrix.Session, root: pathlib.Path = paths.ROOT, sources: dict | None = None) -> dict[str, str]:
@@ -248,7 +248,8 @@ def main(argv=None) -> int:
           + (" (the last run did not record every case it collected: what it missed runs)" if unfinished else "")
           + f"; to run: {run}", file=sys.stderr)
     if not the_plan["run"]:
-        target, source_dir = paths.results_path(spec.name), pathlib.Path(os.environ.get(REUSE_FROM_ENV) or paths.results_dir())
+        target = paths.results_path(spec.name)
+        source_dir = pathlib.Path(os.environ.get(REUSE_FROM_ENV) or paths.results_dir())
         if paths.results_path(spec.name, source_dir).resolve() == target.resolve():
             leave_as_measured(target)
         else:

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import traceback
+from typing import TYPE_CHECKING
 
 import pytest
 from _pytest.runner import runtestprotocol
@@ -22,11 +23,15 @@ from _pytest.runner import runtestprotocol
 from harness.core import limits, outcomes, records
 from harness.core.caseid import case_identity
 from harness.plugin import compilecaches, cudaguard, isolation, workerlog
+from harness.plugin.torchstate import TorchState
 from harness.plugin.warmup import warm_up
 from harness.plugin.workdir import WorkingDirectory
 from harness.plugin.workerlog import WorkerLog
 
-CASE_RUN = pytest.StashKey["CaseRun"]()
+if TYPE_CHECKING:  # casekit imports torch at its top: the fixture `case` imports it when a case asks for it
+    from harness.plugin.casekit import CaseRun
+
+CASE_RUN: pytest.StashKey[CaseRun] = pytest.StashKey()
 TIMER_SETTINGS = pytest.StashKey[object]()  # pytest-timeout's settings of a case, for its own process
 
 
@@ -35,9 +40,9 @@ TIMER_SETTINGS = pytest.StashKey[object]()  # pytest-timeout's settings of a cas
 @pytest.fixture
 def case(request):
     """The running case: `case.check(fn, *inputs)` compares eager and compiled runs."""
-    from harness.plugin.casekit import CaseRun
-
     import torch
+
+    from harness.plugin.casekit import CaseRun
 
     run = CaseRun(case_identity(request.node)["params"])
     run.declared = outcomes.declared_for(request.node, torch.__version__)  # a property classifies each example
@@ -102,7 +107,7 @@ def read_captured_output_with_replacement() -> None:
     def getvalue(self) -> str:
         return self.buffer.getvalue().decode("UTF-8", errors="replace")
 
-    capture.CaptureIO.getvalue = getvalue
+    capture.CaptureIO.getvalue = getvalue  # type: ignore[method-assign]  # patched on purpose (above)
 
 
 # --- between attempts -----------------------------------------------------------------------------
@@ -151,31 +156,33 @@ def classify_phase(item, call, report) -> records.PhaseData:
                               metrics=run.metrics if run is not None else {})
     if report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        data.update(outcome="skip", message=reason.removeprefix("Skipped: "))
+        data.update({"outcome": "skip", "message": reason.removeprefix("Skipped: ")})
         return data
     if report.passed:
-        bugs = [e.ref for e in declared if e.kind == "known"]
-        data["outcome"] = "fixed" if (report.when == "call" and bugs) else "pass"
+        # set-up and teardown pass whatever the case declares: only the call is the bug's
+        data["outcome"] = outcomes.clean_outcome(e.kind for e in declared) if report.when == "call" else "pass"
         if data["outcome"] == "fixed":
-            data["reference"] = bugs[0]
-            report.wasxfail = f"fixed upstream? {bugs[0]} no longer reproduces"
+            bug = next(e.ref for e in declared if e.kind == "known")
+            data["reference"] = bug
+            report.wasxfail = f"fixed upstream? {bug} no longer reproduces"
         return data
     exc = call.excinfo.value if call.excinfo else None
     if exc is None:
         data["outcome"] = "error"
         return data
-    data.update(exc_type=outcomes.qualname(type(exc)), message=outcomes.message_line(exc))
-    if outcomes.is_instance_named(exc, "Failed") and data["message"].startswith("Timeout"):
+    message = outcomes.message_line(exc)
+    data.update({"exc_type": outcomes.qualname(type(exc)), "message": message})
+    if outcomes.is_instance_named(exc, "Failed") and message.startswith("Timeout"):
         data["outcome"] = "timeout"  # pytest-timeout's signal method interrupted the case
         return data
     if outcomes.out_of_memory(exc):
-        data.update(outcome="crash", message=f"out of memory: {data['message']}")
+        data.update({"outcome": "crash", "message": f"out of memory: {message}"})
         return data
     if report.when != "call" or outcomes.is_instance_named(exc, "harness.plugin.casekit.HarnessError"):
         data["outcome"] = "error"
         return data
     outcome, ref = outcomes.classify_exception(exc, declared)
-    data.update(outcome=outcome, reference=ref)
+    data.update({"outcome": outcome, "reference": ref})
     if ref:
         report.outcome = "skipped"  # pytest shows it as xfailed
         report.wasxfail = f"{ref}: {data['message']}"
@@ -195,10 +202,10 @@ class CaseRunner:
         if workerinput:
             workers = int(workerinput.get("workercount", 1))
             directory = workerinput.get("harness_worker_dir")
-        self.log = WorkerLog(directory, workerinput["workerid"]) if directory else None
+        self.log = WorkerLog(directory, self.worker) if directory else None
         self.memory = limits.memory_limit_bytes(config.getoption("memory_limit"), workers)
         self.previous_memory_limit = None
-        self.state = None
+        self.state: TorchState | None = None
         self.isolation = config.getoption("isolation")
         self.forking = self.isolation != "none" and hasattr(os, "fork")
         self.in_child = False
@@ -226,8 +233,6 @@ class CaseRunner:
         collecting_only = self.config.option.collectonly
         # Where a GPU is visible a compile here would initialise CUDA; collecting only, nothing will compile.
         warm_up(self.forking, compile_kernels=not collecting_only and not (self.forking and cudaguard.gpu_visible()))
-        from harness.plugin.torchstate import TorchState
-
         self.state = TorchState()
         self.caches.warmed_up()
         if self.forking and not collecting_only:
@@ -305,6 +310,7 @@ class CaseRunner:
     def attempt_here(self, item, nextitem) -> tuple[list, list[str]]:
         """One attempt in this process: from the clean state, in a working directory of its own,
         then the state put back."""
+        assert self.state is not None  # pytest_sessionstart took it, before any case
         self.state.fresh()
         with self.time_backstop(item), WorkingDirectory(item) as workdir:
             reports = runtestprotocol(item, nextitem=nextitem, log=False)

@@ -31,7 +31,8 @@ def warm_up(forking: bool, compile_kernels: bool = True) -> None:
     itself."""
     import torch
 
-    devices = [] if not compile_kernels else ["cpu"] if forking else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = ([] if not compile_kernels else ["cpu"] if forking
+               else ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     for module in COMPILE_MODULES:
         try:
             importlib.import_module(module)

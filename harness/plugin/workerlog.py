@@ -20,19 +20,29 @@ import os
 import pathlib
 import shutil
 import time
+from typing import Optional, TextIO, TypedDict
 
 from harness.core import records
+from harness.core.caseid import CaseIdentity
 
 START_MARK = "=== harness: start "
 CASE_LOG_LIMIT = 64 * 2**20  # bytes of the log one attempt of a case keeps: a 10 MB message twice, whole
+
+
+class CaseNote(TypedDict, total=False):
+    """What a worker notes of the case it is running (`<worker>.current`); empty before its first case."""
+    identity: CaseIdentity
+    started: float  # time.time()
+    time_limit: Optional[float]
+    metrics: dict  # what its phases measured so far
 
 
 class WorkerLog:
     def __init__(self, directory: pathlib.Path, worker: str):
         self.path = pathlib.Path(directory) / f"{worker}.log"
         self.current = pathlib.Path(directory) / f"{worker}.current"
-        self.file = None
-        self.noted = {}
+        self.file: TextIO | None = None
+        self.noted: CaseNote = {}
         self.case_start = 0  # where the running attempt's part of the log begins
 
     def capture(self) -> None:
@@ -64,7 +74,7 @@ class WorkerLog:
         self.path.write_bytes(held)
         self.capture()
 
-    def case_started(self, identity: dict, time_limit: float | None) -> None:
+    def case_started(self, identity: CaseIdentity, time_limit: float | None) -> None:
         if self.file is not None:
             self._made_again()
         self.case_start = _size(self.path)
@@ -176,11 +186,11 @@ def case_output(log: WorkerLog, nodeid: str) -> str:
     return text
 
 
-def crashed_case(directory: pathlib.Path, worker: str, nodeid: str) -> tuple[dict, str]:
+def crashed_case(directory: pathlib.Path, worker: str, nodeid: str) -> tuple[CaseNote, str]:
     """What the dead worker noted of the case it was running (`identity`, `started`,
     `time_limit`; empty if it never got to it) and what the case printed."""
     log = WorkerLog(directory, worker)
-    noted = {}
+    noted: CaseNote = {}
     if log.current.exists():
         found = json.loads(log.current.read_text())
         noted = found if found["identity"].get("nodeid") == nodeid else {}
@@ -195,8 +205,8 @@ def shorten(output: str, head: int = 1500, tail: int = 2500) -> str:
     return text if len(text) <= head + tail else f"{text[:head]}\n[...]\n{text[-tail:]}"
 
 
-def crash_phase(identity: dict, outcome: str, message: str, printed: str, metrics: dict | None = None,
-                log: pathlib.Path | None = None) -> tuple[dict, str]:
+def crash_phase(identity: CaseIdentity, outcome: str, message: str, printed: str, metrics: dict | None = None,
+                log: pathlib.Path | None = None) -> tuple[records.PhaseData, str]:
     """The record of a case whose process died (a forked child, or the worker itself), and pytest's
     text for it: how it ended, the ends of what it printed, its figures so far, the log that holds all
     it printed."""

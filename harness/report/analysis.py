@@ -23,9 +23,10 @@ def case_order(case_id: str, record: dict):
     """Rows: family, variant, the shared parameters (device, dtype, backend, fullgraph), the id."""
     params = record.get("params") or {}
     backend = params.get("backend")
-    return (record.get("family") or "", params.get("variant") or caseid.parse(case_id).variant, str(params.get("device") or ""),
-            str(params.get("dtype") or ""), BACKENDS.index(backend) if backend in BACKENDS else len(BACKENDS),
-            str(backend or ""), str(params.get("fullgraph")), case_id)
+    return (record.get("family") or "", params.get("variant") or caseid.parse(case_id).variant,
+            str(params.get("device") or ""), str(params.get("dtype") or ""),
+            BACKENDS.index(backend) if backend in BACKENDS else len(BACKENDS), str(backend or ""),
+            str(params.get("fullgraph")), case_id)
 
 
 def version_lines(sessions: list[SessionResult]) -> dict[str, list[SessionResult]]:
@@ -71,13 +72,15 @@ def known_groups(sessions: list[SessionResult], case_ids: list[str]) -> list[dic
             group = groups.setdefault(ref, {"ref": ref, "link": upstream_link(ref), "kinds": set(), "cases": []})
             group["kinds"].add(record["outcome"])
             group["cases"].append({"case": case, "line": line, "session": session.name, "outcome": record["outcome"],
-                                   "since": stable_since(history).torch, "message": opening_line(record.get("message"))})
+                                   "since": stable_since(history).torch,
+                                   "message": opening_line(record.get("message"))})
     for group in groups.values():
         group["kind"] = next(k for k in REFERENCED if k in group["kinds"])
         group["kinds"] = sorted(group["kinds"], key=lambda k: OUTCOMES[k].severity)
         group["count"] = len({c["case"] for c in group["cases"]})
     kinds = REFERENCED  # still failing as declared first, then the bugs no longer reproducing
-    return sorted(groups.values(), key=lambda g: (kinds.index(g["kind"]), -g["count"], g["ref"] == "", g["ref"].lower()))
+    return sorted(groups.values(),
+                  key=lambda g: (kinds.index(g["kind"]), -g["count"], g["ref"] == "", g["ref"].lower()))
 
 
 def step_kind(old: str, new: str, flips: bool) -> str:
@@ -101,13 +104,13 @@ def transitions(sessions: list[SessionResult], case_ids: list[str], learned: Lea
     outcome changed, by `step_kind`: `regressions`, `fixes`, `flips` and `other`. `learned`: the
     cells known to flip, from the table's history."""
     learned = learned or Learned({})
-    steps = []
+    steps: list[dict] = []
     for line, members in version_lines(sessions).items():
         by_step: dict[tuple, dict] = {}
         for case in case_ids:
             history = ran(members, case)
             outcomes = [record["outcome"] for _, record in history]
-            for index, ((before, old), (after, new)) in enumerate(zip(history, history[1:])):
+            for index, ((before, old), (after, new)) in enumerate(zip(history, history[1:], strict=False)):
                 if old["outcome"] == new["outcome"]:
                     continue
                 # A -> B -> A over three neighbouring versions: both steps flip
@@ -159,7 +162,8 @@ def session_row(s: SessionResult, case_ids: list[str], devices: dict | None = No
         if not (s.lightning_of and outcome == NOT_RUN):
             counts[outcome] = counts.get(outcome, 0) + 1
     return {"name": s.name, "torch": s.torch, "device": s.device, "line": s.line, "label": s.label,
-            "plain": s.plain if s.label else None, "lightning_of": s.lightning_of, "complete": s.complete and not missing, "finished": s.complete,
+            "plain": s.plain if s.label else None, "lightning_of": s.lightning_of,
+            "complete": s.complete and not missing, "finished": s.complete,
             "state": _state(s, missing), "lightning": s.environment.get("lightning"),
             "cuda": s.environment.get("cuda"), "gpu": s.environment.get("gpu"), "python": s.environment.get("python"),
             "started": s.environment.get("started"), "git_commit": s.environment.get("git_commit"),

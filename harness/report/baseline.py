@@ -35,7 +35,8 @@ MACHINE_KEYS = ("cpu", "os", "gpu", "gpu_driver")
 def machine(session: SessionResult) -> dict:
     """The machine a session ran on: MACHINE_KEYS of its environment record and the C++ compiler
     collect_env names."""
-    compiler = next((line.split(":", 1)[1].strip() for line in (session.environment.get("collect_env") or "").splitlines()
+    collect_env = session.environment.get("collect_env") or ""
+    compiler = next((line.split(":", 1)[1].strip() for line in collect_env.splitlines()
                      if line.startswith("GCC version:")), None)
     return {**{key: session.environment.get(key) for key in MACHINE_KEYS}, "compiler": compiler}
 
@@ -55,7 +56,7 @@ def ran_the_same(old: SessionResult, now: SessionResult, family: str | None) -> 
     then, found = old.environment.get("reuse_sources"), now.environment.get("reuse_sources")
     if not then or not found or old.environment.get("packages") != now.environment.get("packages"):
         return False
-    reach = _reach().get(family)
+    reach = _reach().get(family) if family is not None else None  # no family: every source counts
     return all(then.get(path) == found.get(path) for path in {*then, *found} if reach is None or path in reach)
 
 
@@ -105,15 +106,16 @@ def compare(current: list[SessionResult], baseline: list[SessionResult], learned
     rows, builds_differ, machines = [], [], []
     for session in current:
         old = base.get(session.name)
-        if old is not None and old.torch != session.torch:
+        if old is None:
+            continue  # not in the baseline: nothing to hold it to (`not_in_baseline`)
+        if old.torch != session.torch:
             builds_differ.append({"session": session.name, "baseline": old.torch, "now": session.torch})
             continue
         families = {record.get("family") for record in session.cases.values()}
-        differ = machines_differ(old, session) if old else {}
+        differ = machines_differ(old, session)
         if differ:
             machines.append({"session": session.name, "differ": differ})
-        for case in sorted(set(session.cases) | {c for c, r in old.cases.items() if r.get("family") in families}
-                           ) if old else ():
+        for case in sorted(set(session.cases) | {c for c, r in old.cases.items() if r.get("family") in families}):
             then, now = _outcome(old, case), _outcome(session, case)
             found = status(session, case, then, now)
             record = session.cases.get(case) or {}

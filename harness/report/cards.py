@@ -151,8 +151,8 @@ def failing_cards(sessions: list[SessionResult], case_ids: list[str]) -> list[di
                     "declared": [], "measured": [], "wordings": {}, **commands(case, newest.name)})
                 met = [(s.torch, found) for s, r in history for found in [same_failure(failure, r)] if found]
                 seen = by_version(torch for torch, _ in met)
-                for torch, found in met:
-                    card["wordings"].setdefault(found["signature"], []).append(torch)
+                for torch, other in met:
+                    card["wordings"].setdefault(other["signature"], []).append(torch)
                 card["cases"].append({"case": case, "outcome": record["outcome"], "examples": failure["examples"],
                                       "which": which(failure["examples"], record), "versions": seen,
                                       "since": seen[0] if seen else newest.torch})

@@ -56,9 +56,11 @@ def last_committed(directory: pathlib.Path, into: pathlib.Path) -> CommittedTabl
         where = directory.relative_to(top).as_posix()
         files = sorted(paths.results_files(directory))
         hashed = git_output(directory, "hash-object", "--", *map(str, files)).split() if files else []
-        now = {path.name: blob for path, blob in zip(files, hashed)}
-        log = git_output(top, "log", f"-n{COMMITS_LOOKED_AT}", "--format=%H%x09%cI%x09%s", "--", f"{where}/").splitlines()
-        found, then = None, None
+        now = {path.name: blob for path, blob in zip(files, hashed, strict=True)}  # one hash per file
+        log = git_output(top, "log", f"-n{COMMITS_LOOKED_AT}", "--format=%H%x09%cI%x09%s", "--",
+                         f"{where}/").splitlines()
+        found: str | None = None
+        then: dict[str, str] = {}  # the found commit's files: set with `found`
         for entry in log:
             listed = listed_results(top, entry.split("\t", 1)[0], where)
             if found is None and listed and listed != now:

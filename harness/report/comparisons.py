@@ -21,18 +21,21 @@ def other_environments(sessions: list[SessionResult], case_ids: list[str]) -> li
         entry = {"session": session.name, "plain": session.plain, "torch": session.torch,
                  "python": session.environment.get("python"), "plain_missing": plain is None,
                  "compared": 0, "differences": []}
-        for case in case_ids if plain is not None else ():
-            if case in session.cases and case in plain.cases and not (session.absent(case) or plain.absent(case)):
-                entry["compared"] += 1
-                ours, theirs = session.cases[case], plain.cases[case]
-                if ours["outcome"] != theirs["outcome"]:
-                    entry["differences"].append({"case": case, "plain_outcome": theirs["outcome"],
-                                                 "outcome": ours["outcome"], "message": opening_line(ours.get("message"))})
+        if plain is not None:
+            for case in case_ids:
+                if case in session.cases and case in plain.cases and not (session.absent(case) or plain.absent(case)):
+                    entry["compared"] += 1
+                    ours, theirs = session.cases[case], plain.cases[case]
+                    if ours["outcome"] != theirs["outcome"]:
+                        entry["differences"].append({"case": case, "plain_outcome": theirs["outcome"],
+                                                     "outcome": ours["outcome"],
+                                                     "message": opening_line(ours.get("message"))})
         found.append(entry)
     return found
 
 
-def lightning_differences(sessions: list[SessionResult], case_ids: list[str], learned: Learned | None = None) -> list[dict]:
+def lightning_differences(sessions: list[SessionResult], case_ids: list[str],
+                          learned: Learned | None = None) -> list[dict]:
     """Per torch row with a Lightning-axis session: the cases whose outcome differs between the row's
     era Lightning and the newest Lightning that supports its torch, grouped by bug (the signature of
     the side that does not pass), largest group first, each with the bisection along Lightning. A cell
@@ -48,25 +51,26 @@ def lightning_differences(sessions: list[SessionResult], case_ids: list[str], le
                  "era_lightning": era.environment.get("lightning") if era else None, "compared": 0, "groups": [],
                  "flips": []}
         groups: dict[str, dict] = {}
-        for case in case_ids if era is not None else ():
-            if case not in newest.cases or case not in era.cases or newest.absent(case) or era.absent(case):
-                continue
-            entry["compared"] += 1
-            old, new = era.cases[case], newest.cases[case]
-            if old["outcome"] == new["outcome"]:
-                continue
-            telling = old if new["outcome"] in PASSING else new  # the side that does not pass names the bug
-            known = learned.of(newest.name, case) or learned.of(era.name, case)
-            if known is not None:
-                entry["flips"].append({"case": case, "era_outcome": old["outcome"], "outcome": new["outcome"],
-                                       "flip": known.text()})
-                continue
-            signature = bug_signature(telling)
-            group = groups.setdefault(signature, {"signature": signature, "cases": [],
-                                                  "bisect": f"nox -s bisect -- '{case}' --along lightning "
-                                                            f"--torch {versions.torch_version(newest.torch)}"})
-            group["cases"].append({"case": case, "era_outcome": old["outcome"], "outcome": new["outcome"],
-                                   "message": opening_line(telling.get("message"))})
+        if era is not None:
+            for case in case_ids:
+                if case not in newest.cases or case not in era.cases or newest.absent(case) or era.absent(case):
+                    continue
+                entry["compared"] += 1
+                old, new = era.cases[case], newest.cases[case]
+                if old["outcome"] == new["outcome"]:
+                    continue
+                telling = old if new["outcome"] in PASSING else new  # the side that does not pass names the bug
+                known = learned.of(newest.name, case) or learned.of(era.name, case)
+                if known is not None:
+                    entry["flips"].append({"case": case, "era_outcome": old["outcome"], "outcome": new["outcome"],
+                                           "flip": known.text()})
+                    continue
+                signature = bug_signature(telling)
+                group = groups.setdefault(signature, {"signature": signature, "cases": [],
+                                                      "bisect": f"nox -s bisect -- '{case}' --along lightning "
+                                                                f"--torch {versions.torch_version(newest.torch)}"})
+                group["cases"].append({"case": case, "era_outcome": old["outcome"], "outcome": new["outcome"],
+                                       "message": opening_line(telling.get("message"))})
         for group in groups.values():
             group["changes"] = list(dict.fromkeys(f"{c['era_outcome']} → {c['outcome']}" for c in group["cases"]))
         entry["groups"] = sorted(groups.values(), key=lambda g: (-len(g["cases"]), g["signature"]))
@@ -115,14 +119,16 @@ def cuda_against_cpu(sessions: list[SessionResult]) -> list[dict]:
                  "cuda": cuda.environment.get("cuda"), "gpu": cuda.environment.get("gpu"),
                  "cpu_missing": cpu is None, "compared": len(twins), "groups": []}
         groups: dict[str, dict] = {}
-        for case, twin in sorted(twins.items()):
-            on_gpu, on_cpu = cuda.cases[case], cpu.cases[twin]
-            if on_gpu["outcome"] == on_cpu["outcome"]:
-                continue
-            telling = on_cpu if on_gpu["outcome"] in PASSING else on_gpu  # the side that does not pass names it
-            group = groups.setdefault(bug_signature(telling), {"signature": bug_signature(telling), "cases": []})
-            group["cases"].append({"case": case, "twin": twin, "outcome": on_gpu["outcome"],
-                                   "cpu_outcome": on_cpu["outcome"], "message": opening_line(telling.get("message"))})
+        if cpu is not None:  # without a CPU session there are no twins
+            for case, twin in sorted(twins.items()):
+                on_gpu, on_cpu = cuda.cases[case], cpu.cases[twin]
+                if on_gpu["outcome"] == on_cpu["outcome"]:
+                    continue
+                telling = on_cpu if on_gpu["outcome"] in PASSING else on_gpu  # the side that does not pass names it
+                group = groups.setdefault(bug_signature(telling), {"signature": bug_signature(telling), "cases": []})
+                group["cases"].append({"case": case, "twin": twin, "outcome": on_gpu["outcome"],
+                                       "cpu_outcome": on_cpu["outcome"],
+                                       "message": opening_line(telling.get("message"))})
         for group in groups.values():
             group["changes"] = list(dict.fromkeys(f"{c['cpu_outcome']} on the CPU, {c['outcome']} on the GPU"
                                                   for c in group["cases"]))
@@ -145,17 +151,18 @@ def nightly_against_release(current: list[SessionResult], table: list[SessionRes
         release = max(releases, key=lambda s: s.version, default=None)
         entry = {"session": session.name, "torch": session.torch, "release_session": release and release.name,
                  "release_torch": release and release.torch, "compared": 0, "worse": [], "better": []}
-        for case, record in sorted(session.cases.items()) if release is not None else ():
-            then = release.cases.get(case)
-            if then is None or session.absent(case) or release.absent(case):
-                continue
-            entry["compared"] += 1
-            found_status = status(session, case, then["outcome"], record["outcome"])
-            row = {"case": case, "release": then["outcome"], "nightly": record["outcome"],
-                   "message": opening_line(record.get("message")), "status": found_status}
-            if found_status and worse({"status": found_status, "now": record["outcome"]}):
-                entry["worse"].append(row)
-            elif found_status == "fixed":
-                entry["better"].append(row)
+        if release is not None:
+            for case, record in sorted(session.cases.items()):
+                then = release.cases.get(case)
+                if then is None or session.absent(case) or release.absent(case):
+                    continue
+                entry["compared"] += 1
+                found_status = status(session, case, then["outcome"], record["outcome"])
+                row = {"case": case, "release": then["outcome"], "nightly": record["outcome"],
+                       "message": opening_line(record.get("message")), "status": found_status}
+                if found_status and worse({"status": found_status, "now": record["outcome"]}):
+                    entry["worse"].append(row)
+                elif found_status == "fixed":
+                    entry["better"].append(row)
         found.append(entry)
     return found

@@ -14,8 +14,8 @@ import dataclasses
 import pathlib
 
 from harness.core import outcomes, records
-from harness.core.markdown import fence
 from harness.core.errors import BadInput
+from harness.core.markdown import fence
 
 SHOWN_PROGRAM_LINES = 30
 

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import pathlib
 import re
+import sys
 import urllib.parse
 
 from harness.core import paths, versions
@@ -21,9 +22,10 @@ from harness.core.swept import read as read_swept
 from harness.report import cards as carding
 from harness.report.results import ReportError
 
-try:
+# by the version, not by trying: the type checker follows the branch of the Python it checks for
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 REDUCTIONS = paths.ROOT / "results" / "reductions"

@@ -36,6 +36,7 @@ import json
 import pathlib
 import subprocess
 import tempfile
+from collections.abc import Sequence
 
 from harness.core import paths, sources
 from harness.report.committed import git_output
@@ -102,7 +103,7 @@ class Measurement:
 
     def ran_like(self, other: "Measurement", family: str | None) -> bool:
         """Both ran the family's case code with the same installs and interpreter (see above)."""
-        code = _case_code().get(family)
+        code = _case_code().get(family) if family is not None else None
         if not code or not self.packages or self.packages != other.packages or self.python != other.python:
             return False
         both = [path for path in code if path in self.sources and path in other.sources]
@@ -118,7 +119,7 @@ def _case_code() -> dict[str, tuple[str, ...]]:
 
 @functools.lru_cache(maxsize=None)
 def _case_file(family: str | None) -> str | None:
-    path = sources.family_files().get(family)
+    path = sources.family_files().get(family) if family is not None else None
     return path.relative_to(paths.ROOT).as_posix() if path else None
 
 
@@ -140,7 +141,8 @@ def _versions(top: pathlib.Path, where: str, commits: int) -> tuple[dict[str, st
     regeneration)."""
     log = git_output(top, "log", f"-n{commits}", "--format=commit %H", "--raw", "--no-abbrev", "--no-renames",
                      "--", f":(glob){where}/*{paths.RESULTS_SUFFIX}")
-    found, read = {}, 0
+    found: dict[str, str] = {}
+    read = 0
     for line in log.splitlines():
         if line.startswith("commit "):
             read += 1
@@ -198,7 +200,7 @@ def _summaries(top: pathlib.Path, versions: dict[str, str]) -> list[Measurement]
 
 
 def learn(directory: pathlib.Path, current: list[SessionResult], commits: int = COMMITS_READ,
-          nights: list[SessionResult] = ()) -> Learned:
+          nights: Sequence[SessionResult] = ()) -> Learned:
     """The flips of the sessions in `current` (read from `directory`, the working copy), from
     `directory`'s git history, `nights` (earlier runs outside git: the nightly's night before) and the
     current sessions' own measurements."""
@@ -210,8 +212,9 @@ def learn(directory: pathlib.Path, current: list[SessionResult], commits: int = 
     except FileNotFoundError:
         return Learned({}, unavailable="git is not installed")
     except subprocess.CalledProcessError as exc:
-        said = (exc.stderr or b"").strip().splitlines() if isinstance(exc.stderr, bytes) else \
-            (exc.stderr or "").strip().splitlines()
+        # text from git_output, bytes from _blobs' `git cat-file`
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        said = stderr.strip().splitlines()
         # no path in what is said: report.json is the same wherever its results were read from
         return Learned({}, unavailable=f"git could not say ({said[-1] if said else exc})")
     except ValueError:
@@ -236,7 +239,7 @@ def learn(directory: pathlib.Path, current: list[SessionResult], commits: int = 
     return Learned(flips, sum(1 for name, _ in runs if name in names), read)
 
 
-def learn_all(directories, current: list[SessionResult], history=(), nights: list[SessionResult] = ()) -> Learned:
+def learn_all(directories, current: list[SessionResult], history=(), nights: Sequence[SessionResult] = ()) -> Learned:
     """learn() for each results directory of a report, with the sessions read from it. A directory
     outside git (the nightly's downloaded artifacts) learns from the first of `history` (the committed
     table the report is held to, in a checkout with its history) that git can read, and from `nights`

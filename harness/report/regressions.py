@@ -44,7 +44,8 @@ from harness.report import findings as catalogue
 CAUSE, WORKS = "cause", "works"
 PROPERTY = "/property_"  # in a property case's id
 KINDS = (CAUSE, WORKS)
-SINCE = " since "  # "works since 2.5": what a fix must keep working from that torch on; before it the bug reached it too
+# "works since 2.5": what a fix must keep working from that torch on; before it the bug reached it too
+SINCE = " since "
 FILE_TIMEOUT = 900  # seconds for one test file (the slowest, finding 5's, takes about 60 s on 2 cores)
 
 
@@ -92,16 +93,16 @@ def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) 
         return f"ran past {FILE_TIMEOUT} s"
     if not report.is_file():
         return (printed.strip().splitlines() or [f"pytest exit {code}"])[-1][:200]
-    found = {}
+    found: dict[str, str] = {}
     for case in ElementTree.parse(report).getroot().iter("testcase"):
         # a collection error: a testcase named after the module, with no class
-        if case.find("error") is not None and (not case.get("classname") or case.get("name") == test_file.stem):
-            error = case.find("error")
+        error = case.find("error")
+        if error is not None and (not case.get("classname") or case.get("name") == test_file.stem):
             said = [line[1:].strip() for line in (error.text or "").splitlines() if line.startswith("E ")]
             return (said[-1] if said else error.get("message") or "a collection error")[:200]
         status = ("failed" if case.find("failure") is not None or case.find("error") is not None
                   else "skipped" if case.find("skipped") is not None else "passed")
-        found[case.get("name")] = status
+        found[case.get("name", "")] = status  # JUnit XML's testcase always has its name
     return found or (printed.strip().splitlines() or ["no test collected"])[-1][:200]
 
 
@@ -197,9 +198,9 @@ def check(sessions: list[str], python: str | None = None, results: pathlib.Path 
             raise BadInput(f"{catalogue.CATALOGUE}: finding {finding.number}: {unknown}: a test is held as one of "
                            f"{', '.join(KINDS)}")
     if numbers:
-        unknown = sorted(set(numbers) - {f.number for f in found})
-        if unknown:
-            raise BadInput(f"no finding numbered {', '.join(map(str, unknown))} has a regression test "
+        untested = sorted(set(numbers) - {f.number for f in found})
+        if untested:
+            raise BadInput(f"no finding numbered {', '.join(map(str, untested))} has a regression test "
                            f"(those that do: {', '.join(str(f.number) for f in found)})")
         found = [f for f in found if f.number in numbers]
     if python and len(sessions) != 1:
@@ -208,7 +209,7 @@ def check(sessions: list[str], python: str | None = None, results: pathlib.Path 
     rows = [(matrix.find(name), row_cases(name, results)) for name in sessions]
     pythons = [row_python(spec, python) for spec, _ in rows]
     disagreements = 0
-    for (spec, cases), interpreter in zip(rows, pythons):
+    for (spec, cases), interpreter in zip(rows, pythons, strict=True):
         print(f"== {spec.name} ({interpreter})", file=out)
         with tempfile.TemporaryDirectory(prefix="harness-regressions-") as work:
             for finding in found:

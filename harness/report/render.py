@@ -8,20 +8,20 @@ matched; regressions and fixes per version step; then the sessions and (on the p
 REPORT.md stays short enough for GitHub: the full matrix and every transition are on the page.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: `annotations()` below (the CLI's ::error lines) takes the name.
 import datetime
 import json
 import os
 import pathlib
 import re
+from typing import Any
 
 import jinja2
 
 from harness.core import paths, records, versions
 from harness.core.outcomes import OUTCOMES, upstream_link
-from harness.report import (analysis, baseline as against, cards, comparisons, findings, flips, page, results,
-                            staleness, strip)
+from harness.report import analysis, cards, comparisons, findings, flips, page, results, staleness, strip
+from harness.report import baseline as against
 from harness.report.results import NOT_RUN
 
 TEMPLATES = pathlib.Path(__file__).with_name("templates")
@@ -60,7 +60,7 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
     # one night's session beside another's of the same name: each directory is read alone
     nights = [*(night_before or ()), *(s for night in nights_dirs or () for s in results.load_dirs([night]))]
     learned = flips.learn_all(directories, sessions, history=baseline_dirs or (), nights=nights)
-    data = {
+    data: dict[str, Any] = {  # report.json: what every rendering reads
         "schema": records.SCHEMA_VERSION,
         "sessions": [analysis.session_row(s, case_ids, {row["case"]: row["params"].get("device") for row in rows})
                      for s in sessions],
@@ -80,9 +80,11 @@ def build(directories, baseline_dirs=None, expect=(), fail_on_regression: bool =
         "baseline": against.compare(sessions, earlier, learned) if earlier is not None else None,
         "previous": against.compare(sessions, night_before, learned) if night_before is not None else None,
         "previous_unavailable": previous_unavailable,
-        "previous_source": previous_source if isinstance(previous_source, (str, type(None))) else previous_source.as_dict(),
+        "previous_source": (previous_source if isinstance(previous_source, (str, type(None)))
+                            else previous_source.as_dict()),
         # what the comparison is named by, once for every rendering
-        "previous_label": "the previous run" if isinstance(previous_source, (str, type(None))) else previous_source.label(),
+        "previous_label": ("the previous run" if isinstance(previous_source, (str, type(None)))
+                           else previous_source.label()),
         "expected": list(expect),
     }
     data["stale"] = [row.as_dict() for directory in directories for row in staleness.stale_rows(pathlib.Path(directory),
@@ -126,10 +128,12 @@ def gpu_coverage(data: dict) -> str:
         f"{s['name']} (torch {s['torch']}, {s.get('gpu') or 'GPU not recorded'}) ran "
         f"{sum(n for o, n in s['counts'].items() if o not in (NOT_RUN, 'absent')):,} of the {_plural(wanted, 'case')} "
         "whose device is `cuda`" for s in rows)
-    plain_rows = {versions.torch_version(s["torch"]) for s in data["sessions"] if s["device"] != "cuda" and not s["lightning_of"]}
+    plain_rows = {versions.torch_version(s["torch"]) for s in data["sessions"]
+                  if s["device"] != "cuda" and not s["lightning_of"]}
     without = len(plain_rows - {versions.torch_version(s["torch"]) for s in rows})
     return (f"GPU: {_plural(len(rows), 'CUDA row')}: {each}"
-            + (f"; {_plural(without, 'torch row')} {'has' if without == 1 else 'have'} none on a GPU." if without else "."))
+            + (f"; {_plural(without, 'torch row')} {'has' if without == 1 else 'have'} none on a GPU."
+               if without else "."))
 
 
 def summary_parts(data: dict) -> list[str]:

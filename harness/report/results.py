@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from harness.core import outcomes, paths, records, timings, versions
+from harness.core import matrix, outcomes, paths, records, timings, versions
 from harness.core.errors import BadInput
 
 NOT_RUN = "not run"  # a cell without a record: the session stopped early or lacks the case
@@ -27,7 +27,7 @@ class SessionResult:
     notes: list = dataclasses.field(default_factory=list)  # what its reader passed over, said in the report
 
     @property
-    def identity(self) -> records.Identity:
+    def identity(self) -> matrix.Identity:
         return self.environment["identity"]
 
     name = property(lambda self: self.identity["session"])

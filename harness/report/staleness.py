@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from harness.core import envcheck, matrix, paths, records, sources, venvs
+from harness.core import envcheck, installs, matrix, paths, records, sources
 
 ALL = "every family"
 
@@ -38,7 +38,7 @@ def installs_differ(environment: dict) -> list[str]:
     except matrix.MatrixError:
         return ["its session is no longer in the matrix"]
     measured = dict(entry.split("==", 1) for entry in environment.get("packages") or [] if "==" in entry)
-    return [f"installs {why}" for why in envcheck.unmet([*spec.requirements, *venvs.HARNESS_REQUIREMENTS], measured)]
+    return [f"installs {why}" for why in envcheck.unmet([*spec.requirements, *installs.HARNESS_REQUIREMENTS], measured)]
 
 
 def stale_rows(table: pathlib.Path | None = None, now: dict | None = None,

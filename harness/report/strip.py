@@ -27,7 +27,7 @@ def columns(torches: list[str]) -> list[dict]:
     parsed = [versions.torch_version(torch) for torch in torches]
     minors = [(v.major, v.minor) for v in parsed]
     return [{"torch": torch, "short": f"{v.major}.{v.minor}" if minors.count((v.major, v.minor)) == 1 else str(v)}
-            for torch, v in zip(torches, parsed)]
+            for torch, v in zip(torches, parsed, strict=True)]
 
 
 def mark(card: dict, torch: str, session: str, learned: Learned) -> str | None:
@@ -41,7 +41,7 @@ def bug_strip(cards: list[dict], lines: dict[str, list[tuple[str, str]]], learne
     """`lines`: each device line's (torch version, session) in order (its plain sessions'); `learned`:
     the cells known to flip (harness.report.flips). One strip per line that has a card, its rows in
     the cards' order."""
-    strips = []
+    strips: list[dict] = []
     for line, members in lines.items():
         held = [card for card in cards if card["line"] == line]
         if not held:

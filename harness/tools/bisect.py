@@ -60,7 +60,8 @@ def run_case(target: Target, nodeid: str, case_id: str) -> Result:
         tail = " | ".join(line for line in printed.splitlines() if line.strip())[-300:]
         return Result(target, "error", f"pytest exit {code}, no record: {tail}")
     message = (record.get("exc_type") or "").rsplit(".", 1)[-1]
-    message = f"{message}: {record.get('message')}" if message and record.get("message") else record.get("message") or ""
+    message = (f"{message}: {record.get('message')}" if message and record.get("message")
+               else record.get("message") or "")
     if record.get("reference"):
         message += f"  [{record['reference']}]"
     return Result(target, record["outcome"], message)
@@ -75,14 +76,16 @@ class Bisection:
         self.script, self.timeout = script, timeout  # --script: a plain script instead of a case
         self.results: dict[int, Result] = {}
         self.built: list[str] = []
-        self.nodeid = None
+        self.nodeid: str | None = None
 
     def runnable(self, index: int) -> bool:
         return self.targets[index].built or (self.build and self.targets[index].spec is not None)
 
     def run(self, index: int) -> Result:
         target = self.targets[index]
-        target.python, built = environment(target, self.envdir, build=True)
+        python, built = environment(target, self.envdir, build=True)
+        assert python is not None  # environment() leaves a target unbuilt only without build
+        target.python = python
         if built:
             self.built.append(target.version)
         if self.script is not None:
@@ -90,11 +93,13 @@ class Bisection:
             result = self.results[index] = Result(target, run.outcome, f"{run.exit}: {run.message}" if run.message
                                                   else run.exit)
         else:
+            case_id = self.case_id
+            assert case_id is not None  # a bisection runs a case or a script (harness.__main__.bisect)
             if self.nodeid is None:  # the case's node id, from the first environment that runs
-                self.nodeid = collector.collect(target.python, [self.case_id])["cases"][self.case_id]["nodeid"]
-            result = self.results[index] = run_case(target, self.nodeid, self.case_id)
-        print(f"{self.axis} {target.version:<8} {target.session:<16} {result.outcome:<10} {result.message[:140]}".rstrip(),
-              flush=True)
+                self.nodeid = collector.collect(target.python, [case_id])["cases"][case_id]["nodeid"]
+            result = self.results[index] = run_case(target, self.nodeid, case_id)
+        print(f"{self.axis} {target.version:<8} {target.session:<16} {result.outcome:<10} "
+              f"{result.message[:140]}".rstrip(), flush=True)
         return result
 
     def middle(self, low: int, high: int) -> int | None:
@@ -120,11 +125,11 @@ class Bisection:
         pending = [(low, high)]
         while pending:
             low, high = pending.pop(0)
-            index = self.middle(low, high)
-            if index is None:
+            middle = self.middle(low, high)
+            if middle is None:
                 continue
-            self.run(index)
-            pending[:0] = [(a, b) for a, b in ((low, index), (index, high))
+            self.run(middle)
+            pending[:0] = [(a, b) for a, b in ((low, middle), (middle, high))
                            if self.results[a].outcome != self.results[b].outcome]
 
 
@@ -136,7 +141,7 @@ def command(args) -> int:
     print(f"bisect {script.name if script else args.case}: {span(args, targets)}", flush=True)
     bisection.search(every=args.all)
     ran = [bisection.results[i] for i in sorted(bisection.results)]
-    for before, after in zip(ran, ran[1:]):
+    for before, after in zip(ran, ran[1:], strict=False):  # each with the next
         if before.outcome != after.outcome:
             print(f"boundary: {before.target.version} ({before.outcome}) -> {after.target.version} ({after.outcome})")
     if ran and all(r.outcome == ran[0].outcome for r in ran):
@@ -148,7 +153,7 @@ def command(args) -> int:
     print(f"ran {len(ran)} of {len(targets)} versions; built {len(bisection.built)} environment(s)"
           + (f": {', '.join(bisection.built)}" if bisection.built else ""))
     if not ran:
-        print(f"error: the {'script' if script else 'case'} ran on no version (no environment built; drop --no-build to build them)",
-              file=sys.stderr)
+        print(f"error: the {'script' if script else 'case'} ran on no version (no environment built; "
+              "drop --no-build to build them)", file=sys.stderr)
         return 1
     return 0

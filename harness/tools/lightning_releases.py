@@ -79,7 +79,7 @@ def _rows(text: str) -> list[tuple[int, int]]:
         header = re.compile(r"^\[", re.MULTILINE).search(text, start + 1, ends[i])
         if header:
             ends[i] = header.start()
-    return list(zip(starts, ends))
+    return list(zip(starts, ends, strict=True))
 
 
 def resolve_table(path: pathlib.Path = matrix.MATRIX_FILE) -> list[dict]:
@@ -96,7 +96,7 @@ def resolve_table(path: pathlib.Path = matrix.MATRIX_FILE) -> list[dict]:
 def write_table(path: pathlib.Path, resolved: list[dict]) -> str:
     """The table's text with each row's `lightning_newest` set to the resolved value (comments kept)."""
     text = path.read_text()
-    for (start, end), row in reversed(list(zip(_rows(text), resolved))):
+    for (start, end), row in reversed(list(zip(_rows(text), resolved, strict=True))):  # one resolved per [[torch]] row
         block = text[start:end]
         line = f'lightning_newest = "{row["resolved"]}"'
         if re.search(r"^lightning_newest\s*=.*$", block, re.MULTILINE):
@@ -140,7 +140,7 @@ def candidates(torch: str, python: str, first: str | None, last: str | None, ext
     uv()  # found once, before the threads ask for it
     with ThreadPoolExecutor(max_workers=4) as pool:
         fits = list(pool.map(lambda v: supports(str(v), torch, python, extra), chosen))
-    return [str(v) for v, fit in zip(chosen, fits) if fit]
+    return [str(v) for v, fit in zip(chosen, fits, strict=True) if fit]
 
 
 def command(args) -> int:

@@ -9,35 +9,26 @@ before the build starts. A script must exist and be Python.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import pathlib
 import sys
 
-from harness.core import matrix, paths, venvs
+from harness.core import matrix, paths, records, venvs
 from harness.core.caseid import UnknownCase
 from harness.core.errors import BadInput
 from harness.tools.repro.collector import collect
 
 
 def recorded_ids(directories=None) -> set[str]:
-    """The case ids of every results file in `directories` (default: the results directory); a
-    line that does not parse is passed over, as harness.core.records.find_case does."""
-    found = set()
+    """The case ids of every results file in `directories` (default: the results directory), each
+    file read as it may be damaged (harness.core.records.salvaged)."""
+    found: set[str] = set()
     for directory in directories or [paths.results_dir()]:
         for path in paths.results_files(directory):
             try:
-                lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+                found.update(r["case"] for r in records.salvaged(path) if r["kind"] == "case")
             except OSError as error:  # the other files and a collection still answer
                 print(f"note: {path} passed over: {error.strerror or error}", file=sys.stderr)
-                continue
-            for line in lines:
-                try:
-                    data = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(data, dict) and data.get("kind") == "case" and data.get("case"):
-                    found.add(data["case"])
     return found
 
 

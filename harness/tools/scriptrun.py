@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import IO, cast
 
 from harness.core import limits, outcomes, outputs, sessions
 from harness.core.venvs import SessionError
@@ -171,7 +172,8 @@ def memory_limit_bytes(spec: str | None) -> int | None:
 
 
 def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEOUT, memory_limit: str | None = None,
-        cache_dir: os.PathLike | None = None, without_compile: bool = False, blocked: tuple[str, ...] = ()) -> ScriptRun:
+        cache_dir: os.PathLike | None = None, without_compile: bool = False,
+        blocked: tuple[str, ...] = ()) -> ScriptRun:
     """Run `script` with `python` from an empty directory and classify the run. `cache_dir`: the
     session venv whose compile caches (harness.core.sessions.script_cache_env) the run shares;
     `without_compile`: torch.compile replaced by the identity (WITHOUT_COMPILE); `blocked`: modules
@@ -185,9 +187,10 @@ def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEO
         command = [os.path.abspath(python)] + (["-c", FRESH_WITHOUT_COMPILE] if without_compile else []) + [str(script)]
         if blocked:
             command = [os.path.abspath(python), "-I", "-c", FRESH_WITH_BLOCKED, ",".join(blocked), str(script)]
+        limit = memory_limit_bytes(memory_limit)  # parsed in this process: the forked child only applies it
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                   preexec_fn=lambda limit=memory_limit_bytes(memory_limit): limits.limit_memory(limit))
+                                   preexec_fn=lambda: limits.limit_memory(limit))
         drain = outputs.Drain(process.stdout)  # what it prints, within a bound
         try:
             code = process.wait(timeout=timeout)
@@ -291,9 +294,13 @@ class WarmRunner:
                               HARNESS_PRELOAD=",".join(preload))
         env.pop("PYTHONPATH", None)
         server = f"WITHOUT_COMPILE = {WITHOUT_COMPILE!r}\n{SERVER}"
-        self.process = subprocess.Popen([os.path.abspath(python), "-c", server], cwd=self.workdir.name, env=env, text=True,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        ready = self.process.stdout.readline().strip()
+        self.process = subprocess.Popen([os.path.abspath(python), "-c", server], cwd=self.workdir.name, env=env,
+                                        text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL)
+        # the requests to the server and its replies: both pipes were asked for, so neither is None
+        self.requests = cast(IO[str], self.process.stdin)
+        self.replies = cast(IO[str], self.process.stdout)
+        ready = self.replies.readline().strip()
         if not ready:
             self.close()
             raise SessionError(f"{python} could not import torch to run scripts")
@@ -307,9 +314,9 @@ class WarmRunner:
                    "cwd": self.workdir.name, "memory": self.memory, "without_compile": without_compile}
         started = time.monotonic()
         try:
-            self.process.stdin.write(json.dumps(request) + "\n")
-            self.process.stdin.flush()
-            reply = json.loads(self.process.stdout.readline())
+            self.requests.write(json.dumps(request) + "\n")
+            self.requests.flush()
+            reply = json.loads(self.replies.readline())
         except (OSError, ValueError) as exc:
             raise SessionError(f"the warm runner of {self.python} died: {exc}") from exc
         text = outputs.read_file(output)
@@ -317,7 +324,7 @@ class WarmRunner:
 
     def close(self) -> None:
         if self.process.poll() is None:
-            self.process.stdin.close()
+            self.requests.close()
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:

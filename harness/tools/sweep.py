@@ -17,7 +17,7 @@ import sys
 
 from harness.core import paths, records, venvs
 from harness.tools import preflight, scriptrun
-from harness.tools.targets import Target, environment, run_script, span, targets_of
+from harness.tools.targets import Target, environment, held_at, run_script, span, targets_of
 
 
 def table(script: pathlib.Path, rows: list[tuple[Target, scriptrun.ScriptRun | None]], axis: str = "torch",
@@ -33,7 +33,7 @@ def table(script: pathlib.Path, rows: list[tuple[Target, scriptrun.ScriptRun | N
                          f"{result.seconds:.1f} | {message} |")
     ran = [(t, r) for t, r in rows if r is not None]
     changes = [f"Changes between {axis} {a.version} ({ra.outcome}) and {b.version} ({rb.outcome})."
-               for (a, ra), (b, rb) in zip(ran, ran[1:]) if ra.outcome != rb.outcome]
+               for (a, ra), (b, rb) in zip(ran, ran[1:], strict=False) if ra.outcome != rb.outcome]
     return "\n".join(lines + ([""] + changes if changes else [])) + "\n"
 
 
@@ -48,7 +48,7 @@ def fails_the_same_way(run: scriptrun.ScriptRun, newest: scriptrun.ScriptRun) ->
     return bool(shorter) and longer[len(longer) - len(shorter):] == shorter
 
 
-def write_issue(script: pathlib.Path, rows: list, out: pathlib.Path) -> None:
+def write_issue(script: pathlib.Path, rows: list[tuple[Target, scriptrun.ScriptRun | None]], out: pathlib.Path) -> None:
     """The sweep as an issue in PyTorch's bug template: the versions it fails and passes on, its output
     and collect_env on the newest failing one, and what it gives there without torch.compile (the
     expectation where no version passes)."""
@@ -88,18 +88,20 @@ def command(args) -> int:
     if missing and not args.no_build:
         print(f"sweep will build {len(missing)} environment(s): {', '.join(missing)}", file=sys.stderr, flush=True)
     print(f"sweep {script.name}: {span(args, targets)}", flush=True)
-    rows = []
+    rows: list[tuple[Target, scriptrun.ScriptRun | None]] = []
     for target in targets:
-        target.python, _ = environment(target, args.envdir, build=not args.no_build)
-        if target.python is None:
+        python, _ = environment(target, args.envdir, build=not args.no_build)
+        if python is None:
             rows.append((target, None))
-            print(f"{args.along} {target.version:<8} {target.session:<16} not run (no environment; --no-build)", flush=True)
+            print(f"{args.along} {target.version:<8} {target.session:<16} not run (no environment; --no-build)",
+                  flush=True)
             continue
+        target.python = python
         result = run_script(target, script, args.timeout, args.memory_limit)
         rows.append((target, result))
         print(f"{args.along} {target.version:<8} {target.session:<16} {result.outcome:<10} {result.exit:<9} "
               f"{result.seconds:6.1f} s  {result.message[:120]}".rstrip(), flush=True)
-    text = table(script, rows, args.along, f" at torch {targets[0].spec.torch}" if args.along == "lightning" else "")
+    text = table(script, rows, args.along, held_at(args, targets))
     out = pathlib.Path(args.out) if args.out else default_out(script)
     out.parent.mkdir(parents=True, exist_ok=True)
     records.write_atomically(out, text)

@@ -18,13 +18,13 @@ from harness.tools import scriptrun
 class Target:
     version: str  # torch version of the row (or the --env label; along Lightning, the Lightning release)
     session: str  # the matrix session, or bisect-<label>
-    python: pathlib.Path | None
+    python: pathlib.Path  # its interpreter, which may not be built yet
     spec: matrix.Session | None = None  # None for --env
     outside: bool = False  # an environment outside the table (along Lightning): built from `spec`, not by nox
 
     @property
     def built(self) -> bool:
-        return self.python is not None and self.python.exists()
+        return self.python.exists()
 
 
 def torch_targets(first=None, last=None, device="cpu", envs=(), envdir=None) -> list[Target]:
@@ -44,26 +44,38 @@ def torch_targets(first=None, last=None, device="cpu", envs=(), envdir=None) -> 
                       key=lambda t: versions.release(t.version))
     chosen: dict[str, matrix.Session] = {}
     for spec in matrix.load():
-        if spec.device != device or spec.nightly or spec.label or not versions.in_range(spec.torch, first, last):
+        if spec.device != device or spec.nightly or spec.label:
             continue
-        if spec.torch not in chosen or (chosen[spec.torch].index and not spec.index):
-            chosen[spec.torch] = spec
-    targets = [Target(s.torch, s.name, venvs.venv_python(s.name, envdir), s)
-               for s in sorted(chosen.values(), key=lambda s: versions.release(s.torch))]
+        torch = pinned_torch(spec)
+        if not versions.in_range(torch, first, last):
+            continue
+        if torch not in chosen or (chosen[torch].index and not spec.index):
+            chosen[torch] = spec
+    targets = [Target(torch, s.name, venvs.venv_python(s.name, envdir), s)
+               for torch, s in sorted(chosen.items(), key=lambda item: versions.release(item[0]))]
     if not targets:
         raise BadInput(f"no {device} row of the matrix has a torch between {first or 'the oldest'} and "
                          f"{last or 'the newest'}")
     return targets
 
 
+def pinned_torch(spec: matrix.Session) -> str:
+    """The torch version a row's session pins: every session's but the nightly's, which no bisection
+    or sweep runs over."""
+    if spec.torch is None:
+        raise BadInput(f"{spec.name} pins no torch version (the nightly): no row to run over")
+    return spec.torch
+
+
 def row_of(torch: str, device: str = "cpu") -> matrix.Session:
     """The plain session of the one torch row that `torch` names (2.5 names 2.5.1)."""
     rows = [s for s in matrix.load() if s.device == device and not (s.nightly or s.label or s.index)
-            and versions.in_range(s.torch, torch, torch)]
+            and versions.in_range(pinned_torch(s), torch, torch)]
     if not rows:
         raise BadInput(f"--torch {torch} names no {device} row of the matrix")
     if len(rows) > 1:
-        raise BadInput(f"--torch {torch} names several {device} rows of the matrix: {', '.join(s.torch for s in rows)}")
+        raise BadInput(f"--torch {torch} names several {device} rows of the matrix: "
+                       f"{', '.join(pinned_torch(s) for s in rows)}")
     return rows[0]
 
 
@@ -78,7 +90,7 @@ def lightning_targets(torch: str | None, first=None, last=None, device="cpu", en
     era = row_of(torch, device)
     axis = {s.lightning: s for s in matrix.load() if s.lightning_of == era.name}
     first, last = first or era.lightning, last or next(iter(axis), era.lightning)
-    releases = lightning_releases.candidates(era.torch, era.python, first, last, era.extra)
+    releases = lightning_releases.candidates(pinned_torch(era), era.python, first, last, era.extra)
     if not releases:
         raise BadInput(f"no Lightning release from {first} to {last} supports torch {era.torch} on Python "
                          f"{era.python}")
@@ -86,12 +98,15 @@ def lightning_targets(torch: str | None, first=None, last=None, device="cpu", en
     targets = []
     for release in releases:
         session = era if release == era.lightning else axis.get(release)
-        python = venvs.venv_python(session.name, envdir) if session else None
-        outside = python is None or not python.exists()  # runs in the row's one venv along Lightning
+        own = venvs.venv_python(session.name, envdir) if session else None
+        if own is not None and own.exists():
+            python, outside = own, False
+        else:  # runs in the row's one venv along Lightning
+            python, outside = shared, True
         if session is None:  # the row's pins with this Lightning
             session = matrix.with_lightning(era, release)
         # the case's own node id runs, whatever the session selects
-        targets.append(Target(release, session.name, shared if outside else python,
+        targets.append(Target(release, session.name, python,
                               dataclasses.replace(session, lightning_of=None, label=None), outside))
     return targets
 
@@ -103,6 +118,7 @@ def environment(target: Target, envdir, build: bool) -> tuple[pathlib.Path | Non
     if target.outside:
         if not target.python.exists() and not build:
             return None, False
+        assert target.spec is not None  # lightning_targets gives every target outside the table its spec
         return venvs.with_lightning(target.spec, venvs.venv_of(target.python))
     if target.built:
         return target.python, False
@@ -127,9 +143,15 @@ def targets_of(args) -> list[Target]:
     return torch_targets(args.first, args.last, args.device, getattr(args, "env", ()), args.envdir)
 
 
+def held_at(args, targets: list[Target]) -> str:
+    """Along Lightning, the torch row every release runs at (' at torch 2.5.1'); else ''."""
+    spec = targets[0].spec
+    return f" at torch {spec.torch}" if args.along == "lightning" and spec is not None else ""
+
+
 def span(args, targets: list[Target]) -> str:
     """What a run goes across: 'torch 2.1.2 to 2.15.0', or 'lightning 2.4.0 to 2.6.6 at torch 2.5.1'."""
-    fixed = f" at torch {targets[0].spec.torch}" if args.along == "lightning" else ""
+    fixed = held_at(args, targets)
     return f"{args.along} {targets[0].version} to {targets[-1].version}{fixed}, {len(targets)} version(s)"
 
 

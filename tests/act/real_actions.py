@@ -39,8 +39,8 @@ def main(argv=None) -> int:
         archive = subprocess.run(["git", "-C", str(mirror), "archive", commit], capture_output=True, check=False)
         if archive.returncode != 0:
             error = archive.stderr.decode().strip()
-            why = ("the mirror lacks some of its files: " + error.split("for ", 1)[-1].splitlines()[0] if "invalid object" in error
-                   else f"no mirror holding the commit ({error[:80]})")
+            why = ("the mirror lacks some of its files: " + error.split("for ", 1)[-1].splitlines()[0]
+                   if "invalid object" in error else f"no mirror holding the commit ({error[:80]})")
             print(f"{repo}@{commit}: stand-in ({why})")
             continue
         tree = tarfile.open(fileobj=io.BytesIO(archive.stdout))

@@ -38,8 +38,8 @@ def build(directory: os.PathLike) -> pathlib.Path:
     if compiler is None:
         raise RuntimeError("no C compiler on PATH: the stand-in GPU cannot be built")
     for library, source in LIBRARIES.items():
-        subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(directory / library), str(HERE / source), "-ldl"],
-                       check=True, capture_output=True, text=True)
+        subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(directory / library), str(HERE / source),
+                        "-ldl"], check=True, capture_output=True, text=True)
     shutil.copy2(HERE / TOOL, directory / TOOL)
     return directory
 
@@ -48,7 +48,8 @@ def environment(directory: os.PathLike, log: os.PathLike, nvml_count: int = 1, t
     """Variables under which a process finds the stand-in GPU: its libraries first on the loader's path
     (with `tool`, its nvidia-smi first on PATH too)."""
     found = {"PATH": os.pathsep.join([str(directory), os.environ.get("PATH", "")])} if tool else {}
-    return {**found, "LD_LIBRARY_PATH": os.pathsep.join([str(directory), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]),
+    return {**found,
+            "LD_LIBRARY_PATH": os.pathsep.join([str(directory), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]),
             CUDA_LOG_ENV: str(log), NVML_COUNT_ENV: str(nvml_count)}
 
 

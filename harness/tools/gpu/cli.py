@@ -17,7 +17,8 @@ def _carried(parser) -> None:
     parser.add_argument("--wheels", type=pathlib.Path, default=None,
                         help="a folder of wheels carried in (`gpu wheels`): those this environment lacks are installed "
                              "into --site, first on PYTHONPATH")
-    parser.add_argument("--site", type=pathlib.Path, default=None, help="where carried wheels go (default: beside --wheels)")
+    parser.add_argument("--site", type=pathlib.Path, default=None,
+                        help="where carried wheels go (default: beside --wheels)")
 
 
 def _budget(parser, default: float | None) -> None:
@@ -45,7 +46,8 @@ def parser(base=argparse.ArgumentParser) -> argparse.ArgumentParser:
     pre = steps.add_parser("preflight", help=f"GO or NO-GO, in at most {preflight.PREFLIGHT_SECONDS} s")
     _session(pre)
     _carried(pre)
-    pre.add_argument("--work", type=pathlib.Path, default=None, help="where its runs write (default: a new temporary folder)")
+    pre.add_argument("--work", type=pathlib.Path, default=None,
+                     help="where its runs write (default: a new temporary folder)")
     run = steps.add_parser("row", help="the session's cases within a budget, with progress and a summary")
     _session(run)
     _carried(run)
@@ -79,7 +81,8 @@ def main(args) -> int:
     spec = matrix.find(args.session)
     if args.step == "wheels":
         found = wheels.download(spec, args.python, args.dest)
-        print(f"{len(found)} wheels for {spec.name} on Python {args.python} in {args.dest}: {', '.join(p.name for p in found)}")
+        print(f"{len(found)} wheels for {spec.name} on Python {args.python} in {args.dest}: "
+              f"{', '.join(p.name for p in found)}")
         return 0
     if getattr(args, "wheels", None) is not None:
         site = args.site or args.wheels.resolve().parent / f"{args.wheels.name}-site"

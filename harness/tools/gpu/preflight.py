@@ -71,7 +71,8 @@ def facts(deadline: float) -> Check:
         return Check("facts", False, f"nvidia-smi lists no GPU ({_last_line(done) if done else 'no answer'})")
     gpus = [[field.strip() for field in line.split(",")] for line in done.stdout.strip().splitlines()]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    said = "; ".join(f"GPU {i}: {g[0]}, driver {g[1]}, {g[2]}, MIG {g[3] if len(g) > 3 else '?'}" for i, g in enumerate(gpus))
+    said = "; ".join(f"GPU {i}: {g[0]}, driver {g[1]}, {g[2]}, MIG {g[3] if len(g) > 3 else '?'}"
+                     for i, g in enumerate(gpus))
     said += f"; CUDA_VISIBLE_DEVICES {visible!r}" if visible is not None else "; CUDA_VISIBLE_DEVICES unset"
     if any(len(g) > 3 and g[3].lower() == "enabled" for g in gpus):
         return Check("facts", False, said + ": MIG is on, and NVML cannot count MIG devices for the harness's guard")
@@ -127,13 +128,14 @@ def collection(spec: matrix.Session, workers: sessions.Workers, cache_root: path
                deadline: float) -> tuple[Check, list[str]]:
     """The session's pytest command, collecting only: its cases' node ids."""
     env = sessions.run_env(spec, cache_root, workers)
-    done = _run([sys.executable, *sessions.pytest_args(spec, ["--collect-only", "-q", "-p", "no:cacheprovider"], workers)],
-                deadline - time.monotonic(), env)
+    collect_only = ["--collect-only", "-q", "-p", "no:cacheprovider"]
+    done = _run([sys.executable, *sessions.pytest_args(spec, collect_only, workers)], deadline - time.monotonic(), env)
     if done is None:
         return Check("collection", False, "collecting the cases gave no answer in time"), []
     ids = [line.strip() for line in done.stdout.splitlines() if caseid.is_nodeid(line.strip())]
     if done.returncode != 0 or not ids:
-        stop = [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "harness:" in line or "rror" in line]
+        stop = [line for line in done.stdout.splitlines() + done.stderr.splitlines()
+                if "harness:" in line or "rror" in line]
         return Check("collection", False, (stop or [_last_line(done)])[-1]), ids
     return Check("collection", True, f"{len(ids)} cases collected by the session's command, under the guard "
                                      "and its probe of a forked child"), ids
@@ -155,7 +157,8 @@ def handful(spec: matrix.Session, ids: list[str], work: pathlib.Path, deadline: 
         f"{r['case']} {r['outcome']}" for r in back) + ")"
     if len(back) != len(chosen):
         return Check("real cases", False, said + f"; {_last_line(done)}")
-    return Check("real cases", not harness_faults, said + (f"; the harness's: {harness_faults[:2]}" if harness_faults else ""))
+    return Check("real cases", not harness_faults,
+                 said + (f"; the harness's: {harness_faults[:2]}" if harness_faults else ""))
 
 
 def preflight(session: str, carried: pathlib.Path | None = None, work: pathlib.Path | None = None,

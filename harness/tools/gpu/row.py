@@ -137,22 +137,25 @@ class RowState:
         return "\n".join([
             f"{self.session}: {self.recorded} of {self.expected if self.expected is not None else '?'} cases recorded "
             f"in {self.seconds:.0f} s{'' if self.ended else ', no end record'}; {state}",
-            f"  pytest {self.pytest_seconds} s; workers {env.get('workers')}; exit status {self.end and self.end.get('exitstatus')}",
-            f"  GPU {env.get('gpu')}, driver {env.get('gpu_driver')}, CUDA {env.get('cuda')}, torch {env.get('torch')}, "
-            f"lightning {env.get('lightning')}",
+            f"  pytest {self.pytest_seconds} s; workers {env.get('workers')}; "
+            f"exit status {self.end and self.end.get('exitstatus')}",
+            f"  GPU {env.get('gpu')}, driver {env.get('gpu_driver')}, CUDA {env.get('cuda')}, "
+            f"torch {env.get('torch')}, lightning {env.get('lightning')}",
             "  outcomes: " + (", ".join(f"{n} {o}" for o, n in self.counts.most_common()) or "none"),
             f"  records that name the harness or are its fault: {len(self.harness_faults)} {self.harness_faults[:5]}",
             f"  the CUDA guard: {env.get('cuda_guard')}",
         ])
 
 
-def row_state(spec: matrix.Session, results: pathlib.Path, expected: int | None, seconds: float, stopped: str) -> RowState:
+def row_state(spec: matrix.Session, results: pathlib.Path, expected: int | None, seconds: float,
+              stopped: str) -> RowState:
     path = paths.results_path(spec.name, results)
     back = records.read(path, passed_over=lambda text: None) if path.is_file() else []
     environment = back[0] if back and back[0].get("kind") == "environment" else {}
     cases = [r for r in back if r.get("kind") == "case"]
     end = back[-1] if back and back[-1].get("kind") == "end" else None
-    theirs = [r["case"] for r in cases if r["outcome"] in outcomes.HARNESS_FAULTS or "harness" in (r.get("message") or "")]
+    theirs = [r["case"] for r in cases
+              if r["outcome"] in outcomes.HARNESS_FAULTS or "harness" in (r.get("message") or "")]
     return RowState(spec.name, len(cases), expected, seconds, stopped, end is not None, environment, end,
                     collections.Counter(r["outcome"] for r in cases), theirs,
                     timings.read(path).get("seconds") if end else None)
@@ -181,12 +184,13 @@ def row(session: str, out: pathlib.Path, budget: float | None, case_timeout: int
     def interrupted(signum, frame):  # stopped from outside (a loan's limit): the run first, then the summary
         run.stop(f"stopped from outside ({signal.Signals(signum).name})")
 
+    # Only the main thread may set a signal handler: elsewhere none is set, and none restored.
     previous = [signal.signal(s, interrupted) for s in (signal.SIGTERM, signal.SIGINT)] \
         if threading.current_thread() is threading.main_thread() else []
     try:
         code = run.wait(deadline, tick)
     finally:
-        for s, handler in zip((signal.SIGTERM, signal.SIGINT), previous):
+        for s, handler in zip((signal.SIGTERM, signal.SIGINT), previous, strict=False):
             signal.signal(s, handler)
     state = progress()
     say(state.text())
@@ -197,10 +201,11 @@ def row(session: str, out: pathlib.Path, budget: float | None, case_timeout: int
 def spread(cases: list[dict], count: int) -> list[dict]:
     """`count` records, families in turn and within a family its outcomes in turn, so that every family
     comes before any comes twice, and each one's outcomes alike."""
-    by_family = collections.defaultdict(lambda: collections.defaultdict(list))
+    by_family: collections.defaultdict[str, collections.defaultdict[str, list[dict]]] = \
+        collections.defaultdict(lambda: collections.defaultdict(list))
     for record in sorted(cases, key=lambda r: r["case"]):
         by_family[record["family"]][record["outcome"]].append(record)
-    chosen = []
+    chosen: list[dict] = []
     while len(chosen) < count and any(any(groups.values()) for groups in by_family.values()):
         for family in sorted(by_family):
             groups = [g for _, g in sorted(by_family[family].items()) if g]
@@ -258,7 +263,9 @@ def cpu_cells(session: str, out: pathlib.Path, budget: float | None, say=print) 
     run = Run(twin, [], _run_env(results, None, workers=str(max(1, (os.cpu_count() or 2) // 2))), out / "cpu-here.log")
     run.wait(time.monotonic() + budget if budget else None)
     here, table = _cases(paths.results_path(twin.name, results)), _cases(paths.results_path(twin.name))
-    differ = [(c, table[c]["outcome"], r["outcome"]) for c, r in here.items() if c in table and table[c]["outcome"] != r["outcome"]]
-    say(f"{twin.name} on this machine: {len(here)} of {len(table)} cells{' (cut off at the budget)' if run.stopped else ''}; "
+    differ = [(c, table[c]["outcome"], r["outcome"]) for c, r in here.items()
+              if c in table and table[c]["outcome"] != r["outcome"]]
+    say(f"{twin.name} on this machine: {len(here)} of {len(table)} cells"
+        f"{' (cut off at the budget)' if run.stopped else ''}; "
         f"{len(differ)} differ from the committed table: {differ[:20]}")
     return not differ and not run.stopped

@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from harness.core import envcheck, matrix, versions
 from harness.core.errors import BadInput
-from harness.core.venvs import HARNESS_REQUIREMENTS
+from harness.core.installs import HARNESS_REQUIREMENTS
 
 NOT_CARRIED = {"pip"}  # every Python environment has one; collect_env only runs it
 
@@ -50,11 +50,13 @@ def _wheels_by_name(folder: pathlib.Path) -> dict[str, list[tuple[str, pathlib.P
     return found
 
 
-def to_install(spec: matrix.Session, folder: pathlib.Path, have: dict | None = None) -> tuple[list[pathlib.Path], list[str]]:
+def to_install(spec: matrix.Session, folder: pathlib.Path,
+               have: dict | None = None) -> tuple[list[pathlib.Path], list[str]]:
     """(the carried wheels this environment needs: one per requirement it does not meet, what is still
     unmet after them). `have`: name -> installed version (default: this interpreter's)."""
     wanted = requirements(spec)
-    have = have if have is not None else {Requirement(text).name: versions.installed(Requirement(text).name) for text in wanted}
+    have = have if have is not None else \
+        {Requirement(text).name: versions.installed(Requirement(text).name) for text in wanted}
     wheels, missing = _wheels_by_name(folder), []
     chosen = []
     for text, requirement in envcheck.unmet_requirements(wanted, have):
@@ -79,12 +81,15 @@ def install(spec: matrix.Session, folder: os.PathLike, site: os.PathLike) -> lis
         raise BadInput(f"--wheels {folder}: no such folder")
     chosen, missing = to_install(spec, folder)
     if missing:
-        raise BadInput(f"{spec.name}: this environment does not meet {'; '.join(missing)}, and {folder} has no wheel for it")
+        raise BadInput(f"{spec.name}: this environment does not meet {'; '.join(missing)}, "
+                       f"and {folder} has no wheel for it")
     if chosen:
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
-                               "--upgrade", "--target", str(site), *map(str, chosen)], capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                               "--no-compile", "--upgrade", "--target", str(site), *map(str, chosen)],
+                              capture_output=True, text=True)
         if done.returncode != 0:
-            raise BadInput(f"installing {len(chosen)} carried wheel(s) failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+            why = (done.stderr.strip().splitlines() or ["?"])[-1]
+            raise BadInput(f"installing {len(chosen)} carried wheel(s) failed: {why}")
     path = os.environ.get("PYTHONPATH", "")
     if str(site) not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join([str(site), *([path] if path else [])])

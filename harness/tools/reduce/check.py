@@ -64,7 +64,8 @@ def script_signature(run: scriptrun.ScriptRun) -> Signature:
     (the line after the exception's where the exception's line ends with a colon)."""
     lines = run.output.splitlines()
     ending = [i for i, line in enumerate(lines) if line.startswith(f"{run.exception}:")]
-    message = "\n".join(lines[ending[-1]:ending[-1] + 3]).partition(": ")[2] if ending else run.message.partition(": ")[2]
+    message = ("\n".join(lines[ending[-1]:ending[-1] + 3]).partition(": ")[2] if ending
+               else run.message.partition(": ")[2])
     return Signature(run.exception.rsplit(".", 1)[-1], message_pattern(message))
 
 

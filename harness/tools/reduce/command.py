@@ -32,16 +32,27 @@ import time
 from harness.core import outcomes, paths, records, venvs
 from harness.core.errors import BadInput
 from harness.tools import preflight, scriptrun
-from harness.tools.reduce import (inline as reduce_inline, materialise as reduce_materialise, names as reduce_names,
-                                  passes as reduce_passes, tensors as reduce_tensors)
-from harness.tools.reduce.check import (Interestingness, Signature, BudgetSpent, check_words, line_count,
-                                        message_pattern, script_signature, size)
+from harness.tools.reduce import inline as reduce_inline
+from harness.tools.reduce import materialise as reduce_materialise
+from harness.tools.reduce import names as reduce_names
+from harness.tools.reduce import passes as reduce_passes
+from harness.tools.reduce import tensors as reduce_tensors
+from harness.tools.reduce.check import (
+    BudgetSpent,
+    Interestingness,
+    Signature,
+    check_words,
+    line_count,
+    message_pattern,
+    script_signature,
+    size,
+)
 from harness.tools.repro.collector import collect
 from harness.tools.repro.command import collect_env
 from harness.tools.repro.errors import ReproError
 from harness.tools.repro.issue import across_versions, issue_markdown
-from harness.tools.repro.script import build_script, script_name
 from harness.tools.repro.property_example import chosen_example
+from harness.tools.repro.script import build_script, script_name
 
 PLUMBING_NAMES = {"EXPECTED", "declared"}
 
@@ -183,6 +194,7 @@ def command(args) -> int:
     preflight.check_session(args.session)
     preflight.check_session(args.passing)
     script = preflight.check_script(args.script) if args.script else None
+    record: dict | None  # the case's recorded failure; None for --script
     if args.case:
         preflight.check_case(args.case, args.envdir, args.session)
         record = recorded_failure(args.case, args.session)
@@ -197,7 +209,7 @@ def command(args) -> int:
         raise venvs.SessionError(f"{args.session} has no environment (--no-build)")
     passing_python = venvs.ensure_venv(passing, args.envdir) if passing else None
     print(f"the check: {check_words(args.session, passing)}", file=sys.stderr, flush=True)
-    if args.case:
+    if record is not None:  # a case: its export, less the plumbing
         info = collect(python, [args.case])["cases"][args.case]
         example = chosen_example(record, info["expected"])
         if example:  # a property case: the script replays that example, and the bug is the example's error
@@ -207,26 +219,29 @@ def command(args) -> int:
         full = build_script(info)
         start, signature = strip_plumbing(full), signature_of(record, info["expected"])
         name = script_name(args.case).replace("repro_", "reduced_", 1)
+        origin = args.case
     else:
+        assert script is not None  # a CASE_ID or a --script, one of them (checked above)
         info, full = None, script.read_text()
         start, signature = (strip_plumbing(full) if "OUTCOME:" in full else full), None
         name = f"{script.stem}_reduced.py"
+        origin = script.name
     out = pathlib.Path(args.out) if args.out else default_out(name)
     started = time.monotonic()
     reduced, signature, test, finished = _reduce(args, start, signature, python, passing_python, passing, script)
     seconds = time.monotonic() - started
-    header = (f"# Reduced from {args.case or script.name} by torch-compile-matrix: fails on {args.session}, "
+    header = (f"# Reduced from {origin} by torch-compile-matrix: fails on {args.session}, "
               + (f"passes on {passing}" if passing else "passes there without torch.compile") + ".\n"
               + ("" if finished else f"# Stopped early, at {test.stopped_by}: a larger --max-runs may shorten it.\n"))
     text = header + reduced
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
-    print(f"reduced {args.case or script.name}: {line_count(start)} -> {line_count(text)} lines in {seconds:.0f} s "
+    print(f"reduced {origin}: {line_count(start)} -> {line_count(text)} lines in {seconds:.0f} s "
           f"({test.checks} checks, {test.runs} runs; {'done' if finished else f'stopped at {test.stopped_by}'})")
     holds, verdict = _verdict(args, out, signature, python, passing_python, passing)
     print(f"wrote {out}", file=sys.stderr)
     print(text)
-    if args.case and holds:  # the issue: the reduced script, the whole export folded below it
+    if record is not None and holds:  # a case's issue: the reduced script, the whole export folded below it
         result = {"returncode": verdict.code, "output": verdict.output, "outcome": record["outcome"]}
         rows = across_versions(args.case, [paths.results_dir()])
         issue = issue_markdown(info, text, out, result, collect_env(python), rows, full=full)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from harness.tools.reduce.passes import SKIP, _bodies, _each
 
@@ -35,7 +35,7 @@ def _walk_scope(node: ast.AST, stop=SCOPES) -> Iterator[ast.AST]:
             yield from _walk_scope(child, stop)
 
 
-def _own_nodes(statements: list[ast.stmt], stop=SCOPES) -> list[ast.AST]:
+def _own_nodes(statements: Sequence[ast.AST], stop=SCOPES) -> list[ast.AST]:
     """The statements and their nodes, not entering functions, lambdas or classes (their own scopes)."""
     return [n for s in statements for n in [s, *(() if isinstance(s, stop) else _walk_scope(s, stop))]]
 
@@ -71,15 +71,17 @@ def _bind(function: ast.FunctionDef, call: ast.Call, skip_self: bool) -> dict[st
         return None
     arguments = function.args
     positional = [a.arg for a in arguments.posonlyargs + arguments.args][1 if skip_self else 0:]
-    defaults = dict(zip([a.arg for a in arguments.posonlyargs + arguments.args][::-1], arguments.defaults[::-1]))
-    defaults |= {a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None}
-    values = dict(zip(positional, given))
+    # the last parameters have the defaults; kw_defaults holds one entry (or None) per keyword-only one
+    defaults = dict(zip([a.arg for a in arguments.posonlyargs + arguments.args][::-1], arguments.defaults[::-1],
+                        strict=False))
+    defaults |= {a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True) if d is not None}
+    values = dict(zip(positional, given, strict=False))  # more given than named: the *args; fewer: defaults
     extra = given[len(positional):]
     if extra and not arguments.vararg:
         return None
     if arguments.vararg:
         values[arguments.vararg.arg] = ast.Tuple(elts=list(extra), ctx=ast.Load())
-    keywords = {k.arg: k.value for k in call.keywords}
+    keywords = {k.arg: k.value for k in call.keywords if k.arg is not None}  # `**mapping`: returned None above
     named = positional + [a.arg for a in arguments.kwonlyargs]
     unknown = {k: v for k, v in keywords.items() if k not in named or k in values}
     if unknown and not arguments.kwarg:
@@ -149,8 +151,11 @@ def _inline_at(statements: list, index: int, call: ast.AST, function: ast.Functi
             bindings.append(ast.Assign(targets=[ast.Name(name, ast.Store())], value=value))
     substitute = _Substitute(put, instance, attributes or {})
     body = [substitute.visit(s) for s in body]
-    last = body.pop() if body and isinstance(body[-1], ast.Return) else None
+    last = body[-1] if body and isinstance(body[-1], ast.Return) else None
+    if last is not None:
+        body.pop()
     result = last.value if last and last.value else ast.Constant(None)
+    tail: list[ast.stmt]
     if isinstance(statement, ast.Expr) and statement.value is call:
         tail = [] if _simple(result) else [ast.Expr(result)]
     elif last is None:
@@ -161,16 +166,18 @@ def _inline_at(statements: list, index: int, call: ast.AST, function: ast.Functi
     return True
 
 
-def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> ast.AST:
+def _replace(statement: ast.stmt, old: ast.AST, new: ast.AST) -> ast.stmt:
+    """`statement` with its node `old` (a node inside it, never itself) replaced by `new`."""
     class Swap(ast.NodeTransformer):
         def visit(self, node):
             return new if node is old else self.generic_visit(node)
-    return Swap().visit(tree)
+    return Swap().visit(statement)
 
 
 def _calls_in(statement: ast.stmt) -> Iterator[ast.AST]:
     """The calls and attribute reads a statement evaluates where it stands, once: a simple statement's,
     a `with` or `if` statement's header's (not in a lambda or comprehension)."""
+    roots: list[ast.AST]
     if isinstance(statement, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return)):
         roots = [statement]
     elif isinstance(statement, ast.With):
@@ -211,13 +218,15 @@ def inline_functions(source: str) -> Iterator[str]:
     return _each(source, rewrite)
 
 
-def _instances(tree: ast.Module) -> dict[str, ast.ClassDef]:
-    """Module-level names bound once, to an instance of a module-level class: {name: its class}."""
+def _instances(tree: ast.Module) -> dict[str, tuple[ast.ClassDef, ast.Call]]:
+    """Module-level names bound once, to an instance of a module-level class: {name: (its class, the
+    call that builds it)}."""
     classes = {s.name: s for s in tree.body if isinstance(s, ast.ClassDef)}
     found = {}
     for s in tree.body:
         if (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
-                and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name) and s.value.func.id in classes):
+                and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name)
+                and s.value.func.id in classes):
             name = s.targets[0].id
             if sum(1 for n in _names(tree, name) if not isinstance(n.ctx, ast.Load)) == 1:
                 found[name] = (classes[s.value.func.id], s.value)
@@ -241,28 +250,30 @@ def _attributes(tree: ast.Module, cls: ast.ClassDef, construction: ast.Call) -> 
               and isinstance(n.ctx, ast.Store) and m.name != "__init__"}
     found = {}
     if _is_dataclass(cls):
-        fields = [s for s in cls.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+        fields = [(s.target.id, s.value) for s in cls.body
+                  if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]  # (name, default or None)
         function = ast.FunctionDef(name="__init__", args=ast.arguments(
-            posonlyargs=[], args=[ast.arg("self")] + [ast.arg(f.target.id) for f in fields],
-            defaults=[f.value for f in fields if f.value is not None], kwonlyargs=[], kw_defaults=[]), body=[],
-            decorator_list=[])
+            posonlyargs=[], args=[ast.arg("self")] + [ast.arg(name) for name, _ in fields],
+            defaults=[default for _, default in fields if default is not None], kwonlyargs=[], kw_defaults=[]),
+            body=[], decorator_list=[])
         values = _bind(function, construction, skip_self=True) or {}
         found = {k: v for k, v in values.items() if usable(k, v)}
     elif "__init__" in methods:
         values = _bind(methods["__init__"], construction, skip_self=True) or {}
         for s in methods["__init__"].body:
             if isinstance(s, ast.Assign) and len(s.targets) == 1:
-                pairs = (zip(s.targets[0].elts, s.value.elts) if isinstance(s.targets[0], ast.Tuple)
+                # an unpacking of another length (a ValueError when it runs) keeps the pairs it has
+                pairs = (zip(s.targets[0].elts, s.value.elts, strict=False) if isinstance(s.targets[0], ast.Tuple)
                          and isinstance(s.value, ast.Tuple) else [(s.targets[0], s.value)])
                 for target, value in pairs:
                     if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
                             and target.value.id == "self"):
                         continue
                     argument = isinstance(value, ast.Name)
-                    if argument:  # a parameter: the argument; a local of __init__: unknown
-                        value = values.get(value.id)
-                    if value is not None and usable(target.attr, value, argument):
-                        found[target.attr] = value
+                    # a parameter: the argument; a local of __init__: unknown
+                    kept = values.get(value.id) if isinstance(value, ast.Name) else value
+                    if kept is not None and usable(target.attr, kept, argument):
+                        found[target.attr] = kept
     return {k: v for k, v in found.items() if k not in stored}
 
 
@@ -278,7 +289,8 @@ def inline_methods(source: str) -> Iterator[str]:
                             and target.value.id in instances):
                         continue
                     cls, construction = instances[target.value.id]
-                    method = next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == target.attr), None)
+                    method = next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == target.attr),
+                                  None)
                     if method is None or method.name.startswith("__") or any(
                             isinstance(n, ast.Name) and n.id == "super" for n in ast.walk(method)):
                         continue
@@ -331,7 +343,8 @@ def _drop_unnamed(tree: ast.Module, instance: str, cls: ast.ClassDef) -> None:
     """The instance's assignment where nothing reads it any more, then its class where nothing names it."""
     if not any(isinstance(n.ctx, ast.Load) for n in _names(tree, instance)):
         tree.body = [s for s in tree.body if not (isinstance(s, ast.Assign) and len(s.targets) == 1
-                                                  and isinstance(s.targets[0], ast.Name) and s.targets[0].id == instance)]
+                                                  and isinstance(s.targets[0], ast.Name)
+                                                  and s.targets[0].id == instance)]
     if not _names(tree, cls.name):
         tree.body.remove(cls)
 

@@ -22,8 +22,8 @@ from harness.tools.reduce.passes import SKIP, _bodies, _each
 
 
 def _need_path(node: ast.AST) -> str | None:
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "need" and len(node.args) == 1
-            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "need"
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
             and "." in node.args[0].value):
         return node.args[0].value
     return None

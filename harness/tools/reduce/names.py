@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from harness.tools.reduce.inline import COMPREHENSIONS, SCOPES, _names, _own_nodes, _simple, _walk_scope
 from harness.tools.reduce.passes import _each
@@ -28,9 +28,11 @@ from harness.tools.reduce.passes import _each
 LINE_LENGTH = 100
 NESTED = SCOPES + COMPREHENSIONS
 ONCE = NESTED + (ast.For, ast.While, ast.AsyncFor)  # what may run its contents other than once
+Block = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef  # a scope whose body is statements
+Scope = Block | ast.Lambda
 
 
-def _params(function: ast.AST) -> set[str]:
+def _params(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
     a = function.args
     return {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None}
 
@@ -42,17 +44,18 @@ def _binding(node: ast.AST, name: str) -> bool:
                                                                        for a in node.names))
 
 
-def _body_of(scope: ast.AST) -> list:
+def _body_of(scope: Scope) -> Sequence[ast.AST]:
     return [scope.body] if isinstance(scope, ast.Lambda) else scope.body
 
 
-def _bindings(scope: ast.AST, name: str) -> int:
+def _bindings(scope: Scope, name: str) -> int:
     """How often `scope` itself (the module or a function) binds `name`, its parameters included."""
     own = sum(1 for n in _own_nodes(_body_of(scope), NESTED) if _binding(n, name))
     return own + (name in _params(scope) if isinstance(scope, (ast.FunctionDef, ast.Lambda)) else 0)
 
 
-def _local_to(scope: ast.AST, name: str) -> bool:
+def _local_to(scope: Scope | ast.ClassDef | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp,
+              name: str) -> bool:
     if isinstance(scope, COMPREHENSIONS):
         return any(n.id == name for g in scope.generators for n in ast.walk(g.target) if isinstance(n, ast.Name))
     if isinstance(scope, ast.ClassDef):
@@ -60,7 +63,7 @@ def _local_to(scope: ast.AST, name: str) -> bool:
     return _bindings(scope, name) > 0
 
 
-def _reads(scope: ast.AST, name: str) -> list[ast.Name]:
+def _reads(scope: Scope, name: str) -> list[ast.Name]:
     """The reads of `scope`'s own `name`: in it, and in nested scopes that do not bind a `name` of their own."""
     found = []
 
@@ -80,7 +83,7 @@ def _reads(scope: ast.AST, name: str) -> list[ast.Name]:
     return found
 
 
-def _scopes(tree: ast.Module) -> list[ast.AST]:
+def _scopes(tree: ast.Module) -> list[Block]:
     return [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
@@ -88,7 +91,7 @@ def _declared(tree: ast.Module, name: str) -> bool:
     return any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(tree))
 
 
-def _assignments(tree: ast.Module) -> Iterator[tuple[ast.AST, int, ast.Assign, str]]:
+def _assignments(tree: ast.Module) -> Iterator[tuple[Block, int, ast.Assign, str]]:
     """(scope, index in its body, statement, name) of each `name = value` bound once in its scope."""
     for scope in _scopes(tree):
         for i, s in enumerate(scope.body):
@@ -128,7 +131,7 @@ def _width(statement: ast.stmt) -> int:
     return len(ast.unparse(statement).splitlines()[0])
 
 
-def _statement_holding(statement: ast.stmt, read: ast.Name) -> ast.stmt | None:
+def _statement_holding(statement: ast.stmt, read: ast.expr) -> ast.stmt | None:
     """The innermost statement of `statement` that evaluates `read` once where it stands (a loop's
     header, `for x in <read>:`, counted as a line of its own), or None."""
     if isinstance(statement, (ast.For, ast.AsyncFor)) and any(n is read for n in ast.walk(statement.iter)):
@@ -150,7 +153,8 @@ def inline_single_use(source: str) -> Iterator[str]:
         places = []
         for scope, i, s, name in _assignments(tree):
             if _simple(s.value) or (  # an instance: its methods may be inlined
-                    isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name) and s.value.func.id in classes):
+                    isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name)
+                    and s.value.func.id in classes):
                 continue
             reads = _reads(scope, name)
             if len(reads) != 1:
@@ -184,7 +188,8 @@ def _attributes_read_once(tree: ast.Module) -> list:
         reads = [n for n in uses if n is not target]
         if len(reads) == 1 and isinstance(reads[0].ctx, ast.Load) and ast.unparse(reads[0]) == ast.unparse(target):
             holding = next(filter(None, (_statement_holding(t, reads[0]) for t in tree.body[i + 1:])), None)
-            if holding is not None and _width(holding) - len(ast.unparse(s.targets[0])) + len(ast.unparse(s.value)) <= LINE_LENGTH:
+            if holding is not None and (_width(holding) - len(ast.unparse(s.targets[0]))
+                                        + len(ast.unparse(s.value))) <= LINE_LENGTH:
                 found.append((tree, s, reads))
     return found
 
@@ -225,7 +230,7 @@ def _called(tree: ast.Module, name: ast.Name) -> bool:
     return any(isinstance(n, ast.Call) and n.func is name for n in ast.walk(tree))
 
 
-def _constant_attributes(tree: ast.Module, cls: ast.ClassDef) -> dict[str, tuple[ast.expr, str | None]]:
+def _constant_attributes(tree: ast.Module, cls: ast.ClassDef) -> dict[str, tuple[ast.Constant, str | None]]:
     """{attribute: (its constant, the __init__ parameter it came from)} for `cls`."""
     init = next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
     uses = _names(tree, cls.name)
@@ -234,18 +239,19 @@ def _constant_attributes(tree: ast.Module, cls: ast.ClassDef) -> dict[str, tuple
     if init is None or len(constructions) != len(uses):
         return {}  # no __init__, or the class is passed around: its constructions are not all in sight
     positional = [a.arg for a in init.args.args[1:]]
-    defaults = dict(zip(positional[::-1], init.args.defaults[::-1]))
+    defaults = dict(zip(positional[::-1], init.args.defaults[::-1], strict=False))  # the last ones have defaults
     passed = {p for c in constructions for p in positional[:len(c.args)]} | {k.arg for c in constructions
                                                                             for k in c.keywords}
     stored = [n.attr for m in cls.body if isinstance(m, ast.FunctionDef) for n in ast.walk(m)
               if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)]
-    found = {}
+    found: dict[str, tuple[ast.Constant, str | None]] = {}
     for s in init.body:
         if (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Attribute)
                 and ast.unparse(s.targets[0].value) == "self" and stored.count(s.targets[0].attr) == 1):
             value, parameter = s.value, None
             if isinstance(value, ast.Name) and value.id in defaults and value.id not in passed:
-                value, parameter = defaults[value.id], value.id
+                parameter = value.id
+                value = defaults[parameter]
             if isinstance(value, ast.Constant):
                 found[s.targets[0].attr] = (value, parameter)
     return found

@@ -8,7 +8,8 @@ test still holds, so a rewrite that changes what the script shows is never kept.
   expression;
 - drop_unused_parameters: a parameter its function never reads, with the argument every call gives it
   (functions only called directly by name; not methods);
-- fold_literals: `f(**{'k': v})`, `f(*(a, b))`, `(a, b)[0]`, `(lambda: e)()`, a loop or list comprehension over `range(1)` said plainly;
+- fold_literals: `f(**{'k': v})`, `f(*(a, b))`, `(a, b)[0]`, `(lambda: e)()`, a loop or list comprehension
+  over `range(1)` said plainly;
 - plain_calls: `torch.utils._pytree.tree_flatten(e)[0]` as `[e]`, `sum([e])` as `e`;
 - plain_numbers: an odd float the reducer left becomes 1.0 or 2.0.
 
@@ -70,13 +71,15 @@ def split_tuple_assignments(source: str) -> Iterator[str]:
             return False
         body, i = places[k]
         node = body[i]
-        body[i:i + 1] = [ast.Assign(targets=[t], value=v) for t, v in zip(node.targets[0].elts, node.value.elts)]
+        body[i:i + 1] = [ast.Assign(targets=[t], value=v)
+                         for t, v in zip(node.targets[0].elts, node.value.elts, strict=True)]  # places: same lengths
         return True
     return _each(source, rewrite)
 
 
 def _call_free(node: ast.AST) -> bool:
-    return not any(isinstance(n, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr)) for n in ast.walk(node))
+    return not any(isinstance(n, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr))
+                   for n in ast.walk(node))
 
 
 def drop_unused_assignments(source: str) -> Iterator[str]:
@@ -174,7 +177,8 @@ def fold_literals(source: str) -> Iterator[str]:
             splat = next(kw for kw in place.keywords if kw.arg is None and isinstance(kw.value, ast.Dict))
             position = place.keywords.index(splat)
             place.keywords[position:position + 1] = [ast.keyword(arg=key.value, value=value)
-                                                     for key, value in zip(splat.value.keys, splat.value.values)]
+                                                     for key, value in zip(splat.value.keys, splat.value.values,
+                                                                           strict=True)]
         elif isinstance(place, ast.Subscript):
             _become(place, place.value.elts[place.slice.value])
         else:
@@ -192,7 +196,8 @@ def plain_calls(source: str) -> Iterator[str]:
                   and ast.unparse(n.value.func).endswith("tree_flatten") and len(n.value.args) == 1
                   and ast.unparse(n.slice) == "0"]
         places += [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "sum"
-                   and len(n.args) == 1 and not n.keywords and isinstance(n.args[0], ast.List) and len(n.args[0].elts) == 1]
+                   and len(n.args) == 1 and not n.keywords and isinstance(n.args[0], ast.List)
+                   and len(n.args[0].elts) == 1]
         if k >= len(places):
             return False
         node = places[k]
@@ -232,8 +237,9 @@ def _foldable(node: ast.AST) -> bool:
             isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier()
             for key in kw.value.keys) for kw in node.keywords)
     if isinstance(node, ast.Subscript):
-        return (isinstance(node.value, ast.Tuple) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant)
-                and type(node.slice.value) is int and -len(node.value.elts) <= node.slice.value < len(node.value.elts))
+        return (isinstance(node.value, ast.Tuple) and isinstance(node.ctx, ast.Load)
+                and isinstance(node.slice, ast.Constant) and type(node.slice.value) is int
+                and -len(node.value.elts) <= node.slice.value < len(node.value.elts))
     if isinstance(node, ast.ListComp) and len(node.generators) == 1:
         generator = node.generators[0]
         return (_range_one(generator.iter) and not generator.ifs and isinstance(generator.target, ast.Name)
@@ -242,9 +248,11 @@ def _foldable(node: ast.AST) -> bool:
 
 
 def _one_round(statement: ast.stmt) -> bool:
-    once = _range_one(statement.iter) if isinstance(statement, ast.For) else False
-    once = once or (isinstance(statement, ast.For) and isinstance(statement.iter, (ast.List, ast.Tuple))
-                    and len(statement.iter.elts) == 1 and not isinstance(statement.iter.elts[0], ast.Starred))
+    if not isinstance(statement, ast.For):
+        return False
+    once = _range_one(statement.iter) or (isinstance(statement.iter, (ast.List, ast.Tuple))
+                                          and len(statement.iter.elts) == 1
+                                          and not isinstance(statement.iter.elts[0], ast.Starred))
     return (once and not statement.orelse
             and not any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(statement)))
 

@@ -39,7 +39,7 @@ def _has_empty_list(node: ast.AST) -> bool:
     return any(isinstance(n, (ast.List, ast.Tuple)) and not n.elts for n in ast.walk(node))
 
 
-def _sizes(call: ast.Call, name: str) -> list[ast.AST]:
+def _sizes(call: ast.Call, name: str) -> list[ast.expr]:
     """The arguments of `call` that give a size."""
     keyword = [k.value for k in call.keywords if k.arg in ("size", "shape")]
     if name in SIZED:
@@ -71,22 +71,22 @@ def _number(node: ast.AST) -> float | int | None:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         value = _number(node.operand)
         return None if value is None else -value
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return node.value
     return None
 
 
-def _shape_and_values(node: ast.AST) -> tuple[list[int], list] | None:
+def _shape_and_values(node: ast.AST) -> tuple[list[int], list[float | int]] | None:
     """(shape, flat values) of a rectangular nested list of numbers, or None."""
     value = _number(node)
     if value is not None:
         return [], [value]
     if not isinstance(node, (ast.List, ast.Tuple)) or not node.elts:
         return None
-    parts = [_shape_and_values(e) for e in node.elts]
-    if any(p is None for p in parts) or len({tuple(p[0]) for p in parts}) != 1:
+    parts = [part for part in map(_shape_and_values, node.elts) if part is not None]
+    if len(parts) != len(node.elts) or len({tuple(shape) for shape, _ in parts}) != 1:
         return None
-    return [len(parts), *parts[0][0]], [v for p in parts for v in p[1]]
+    return [len(parts), *parts[0][0]], [v for _, values in parts for v in values]
 
 
 def _replacements(call: ast.Call) -> list[ast.Call]:
@@ -96,7 +96,7 @@ def _replacements(call: ast.Call) -> list[ast.Call]:
     shape, values = found
     dtype = next((ast.unparse(k.value).rsplit(".", 1)[-1] for k in call.keywords if k.arg == "dtype"), None)
     torch = call.func.value if isinstance(call.func, ast.Attribute) else ast.Name("torch", ast.Load())
-    dims = [ast.Constant(n) for n in shape]
+    dims: list[ast.expr] = [ast.Constant(n) for n in shape]
     keywords = list(call.keywords)
 
     def make(function, args):

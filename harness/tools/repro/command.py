@@ -27,9 +27,9 @@ from harness.core import matrix, paths, records, sessions, venvs
 from harness.tools import scriptrun
 from harness.tools.repro import op_example
 from harness.tools.repro.collector import collect
+from harness.tools.repro.errors import ReproError
 from harness.tools.repro.issue import across_versions, issue_markdown
 from harness.tools.repro.property_example import chosen_example
-from harness.tools.repro.errors import ReproError
 from harness.tools.repro.script import BLOCKED, build_script, line_limit, script_name
 
 # --- running ---------------------------------------------------------------------------------------------
@@ -56,7 +56,9 @@ def _session_python(args) -> tuple[pathlib.Path, str | None]:
     if args.python:
         return pathlib.Path(args.python), None
     session = args.session or default_session(args.envdir)
-    return venvs.ensure_venv(session, args.envdir), session
+    python = venvs.ensure_venv(session, args.envdir)
+    assert python is not None  # build=True: ensure_venv builds the venv or raises
+    return python, session
 
 
 def default_session(envdir=None) -> str:
@@ -86,7 +88,7 @@ def command(args) -> int:
         return 0
     print(f"running it with {python} ...", file=sys.stderr, flush=True)
     result = run_script(python, out)
-    rows = across_versions(args.case, [paths.results_dir(), *(args.results or [])])
+    rows = across_versions(args.case, args.results)
     issue = issue_markdown(info, text, out, result, collect_env(python), rows)
     out.with_suffix(".md").write_text(issue)
     print(issue)
@@ -104,8 +106,11 @@ def check_every_case(args) -> int:
     """Every case of a session as a script, run in its venv, against what its results file records:
     0 when every outcome matches and every script is within its line limit (script.line_limit)."""
     python, session = _session_python(args)
-    results = paths.results_path(session)
-    found = {} if args.no_run else {r["case"]: r for r in records.read(results) if r["kind"] == "case"}
+    session = session or args.session  # with --python, --session still names the results file compared with
+    if session is None and not args.no_run:
+        raise ReproError("repro --all --python needs --session: the results file its outcomes are compared with")
+    found = {} if args.no_run or session is None else \
+        {r["case"]: r for r in records.read(paths.results_path(session)) if r["kind"] == "case"}
     recorded = {case_id: r["outcome"] for case_id, r in found.items()}
     collected = collect(python, ["*"])
     for case_id, info in collected["cases"].items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import pathlib
 import re
+from collections.abc import Sequence
 
 from harness.core import paths, records, versions
 from harness.core.markdown import code, fence
@@ -25,7 +26,8 @@ def across_versions(case_id: str, directories) -> list[dict]:
             if environment and record:
                 identity = environment["identity"]
                 rows.append({"torch": environment.get("torch") or "?", "session": identity["session"],
-                             "line": identity["line"], "label": identity["label"], "nightly": identity["row"] == "nightly",
+                             "line": identity["line"], "label": identity["label"],
+                             "nightly": identity["row"] == "nightly",
                              "outcome": record["outcome"], "message": record.get("message") or ""})
     return sorted(rows, key=lambda row: (versions.torch_version(row["torch"]), row["session"]))
 
@@ -36,7 +38,7 @@ def boundaries(rows: list[dict]) -> list[tuple[dict, dict]]:
     found = []
     for line in dict.fromkeys(r["line"] for r in rows):
         steps = [r for r in rows if r["line"] == line and r["label"] is None and not r["nightly"]]
-        found += [(a, b) for a, b in zip(steps, steps[1:]) if a["outcome"] != b["outcome"]]
+        found += [(a, b) for a, b in zip(steps, steps[1:], strict=False) if a["outcome"] != b["outcome"]]
     return found
 
 
@@ -49,19 +51,23 @@ def _shorten(output: str, head: int = 25, tail: int = 60) -> str:
 
 def _what_went_wrong(info: dict, result: dict) -> tuple[str, str]:
     """(title, paragraph) from the script's run."""
-    params = {k: ast.literal_eval(v) for k, v in info["params"].items() if v is not None and k in ("backend", "fullgraph")}
+    params = {k: ast.literal_eval(v) for k, v in info["params"].items()
+              if v is not None and k in ("backend", "fullgraph")}
     compile_call = f"torch.compile(backend={params.get('backend', 'inductor')!r}" + \
         (", fullgraph=True)" if params.get("fullgraph") else ")")
     version = info["torch"]
-    errors = [line for line in result["output"].splitlines() if re.match(r"^[\w.]+(Error|Exception|Unsupported)\b.*:", line)]
+    errors = [line for line in result["output"].splitlines()
+              if re.match(r"^[\w.]+(Error|Exception|Unsupported)\b.*:", line)]
     error = errors[-1] if errors else ""
     outcome = result["outcome"] or "no outcome"
     subject = info["case"]
-    refs = ", ".join(f"[{ref}]({upstream_link(ref) or ref})" for ref in dict.fromkeys(e["ref"] for e in info["expected"]))
+    refs = ", ".join(f"[{ref}]({upstream_link(ref) or ref})"
+                     for ref in dict.fromkeys(e["ref"] for e in info["expected"]))
     doc = info["doc"].split("\n\n")[0].replace("\n", " ")
     if outcome in RAISED:
         title = f"{compile_call}: `{subject}` fails on torch {version}" + (f": {error[:120]}" if error else "")
-        paragraph = f"With torch {version}, the case runs eagerly and under `{compile_call}`; the compiled run fails: `{error}`."
+        paragraph = (f"With torch {version}, the case runs eagerly and under `{compile_call}`; the compiled run "
+                     f"fails: `{error}`.")
         if outcome == "known":
             paragraph += f" This is the upstream bug {refs}."
         elif outcome == "limitation":
@@ -116,7 +122,7 @@ def script_title(script_text: str, fallback: str) -> str:
 
 def pytorch_bug_issue(title: str, script_name: str, script_text: str, failing: list[tuple[str, str]],
                       passing: list[str], expected: str, output: str, environment: str,
-                      otherwise: list[tuple[str, str]] = ()) -> str:
+                      otherwise: Sequence[tuple[str, str]] = ()) -> str:
     """The text to paste into PyTorch's bug template (🐛 Describe the bug, Versions): what fails, on
     which versions (from a sweep: `failing` as (version, error line), `passing` versions, `otherwise`
     (version, error line) where it fails another way), the script, its output on the newest failing version, what

@@ -68,8 +68,8 @@ def add_scripts(python, infos: dict, timeout: float = 900) -> None:
         return
     payload = json.dumps({"root": str(paths.ROOT), "cases_dir": str(paths.CASES), "cases": jobs})
     try:
-        done = subprocess.run([str(python), "-c", WRITER], input=payload, cwd=paths.ROOT, capture_output=True, text=True,
-                              timeout=timeout, env=sessions.clean_env())
+        done = subprocess.run([str(python), "-c", WRITER], input=payload, cwd=paths.ROOT, capture_output=True,
+                              text=True, timeout=timeout, env=sessions.clean_env())
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ReproError(f"writing the op programs' scripts with {python} failed: {exc}") from exc
     line = next((line for line in reversed(done.stdout.splitlines()) if line.startswith(MARK)), None)
@@ -86,19 +86,18 @@ def build_op_script(info: dict) -> str:
     """The example's script run at module level inside the matrix's classification: it prints
     `OUTCOME: ...` and exits with that outcome's code (a declared bug that no longer fails: fixed)."""
     verdict = Verdict.of(info)
-    exit_codes = verdict.exit_codes(can_skip=False)
     example = info.get("property_example") or {}
     header = (f'"""`{info["case"]}` (torch-compile-matrix, torch {info["torch"]}): one example of the property, as\n'
               "it ran in the matrix: the op's sample as literal tensors, the feature around the op, torch.compile\n"
               "with the case's backend, and the checks (compiled against eager, or, for a random op, against\n"
-              "its own draws)." + (f"\nIts failure in the matrix: {example['error'][:200]}" if example.get("error") else "")
+              "its own draws)."
+              + (f"\nIts failure in the matrix: {example['error'][:200]}" if example.get("error") else "")
               + '\n"""')
     body = textwrap.indent(info["op_script"].strip("\n"), "    ")
     declared = [verdict.declarations(), ""] if verdict.expected else []
     lines = [header, "import re, sys, traceback", "", *declared, f"outcome = {verdict.clean!r}", "try:", body,
              "except Exception as error:", "    traceback.print_exc(file=sys.stdout)",
-             f"    outcome = {verdict.on_error()}",
-             "print(f'OUTCOME: {outcome} (torch {torch.__version__})')", f"sys.exit({exit_codes!r}[outcome])"]
+             f"    outcome = {verdict.on_error()}", *verdict.ending(can_skip=False)]
     text = "\n".join(lines) + "\n"
     compile(text, info["case"], "exec")  # a SyntaxError here is a harness bug
     return text

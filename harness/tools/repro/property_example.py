@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import cast
 
 from harness.tools.repro.errors import ReproError
 
@@ -26,7 +27,9 @@ def chosen_example(record: dict | None, expected: list[dict]) -> dict | None:
     """The failing example (figures, program, error) that shows the cell's outcome: for `fail`, one that no
     declaration matches; for a declared outcome, one that its reference's declaration matches.
     None when the record lists none (a pass, or no record): the script then runs the first pinned one."""
-    failing = (((record or {}).get("metrics") or {}).get("property") or {}).get("failing_examples") or []
+    if record is None:
+        return None
+    failing = ((record.get("metrics") or {}).get("property") or {}).get("failing_examples") or []
     if not failing:
         return None
     outcome, reference = record.get("outcome"), record.get("reference")
@@ -38,7 +41,8 @@ def chosen_example(record: dict | None, expected: list[dict]) -> dict | None:
 
 
 def explore_call(function: ast.FunctionDef) -> ast.Expr | None:
-    """The statement of `function` that calls explore(...), if it is a property case."""
+    """The statement of `function` that calls explore(...), if it is a property case: its value is that
+    ast.Call."""
     for node in function.body:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
                 and isinstance(node.value.func, ast.Name) and node.value.func.id == EXPLORE:
@@ -80,7 +84,7 @@ def example_expression(source: str, function: str, example: dict | None) -> str:
     statement = explore_call(node)
     if statement is None:
         raise ReproError(f"{function} is not a property case")
-    return ast.unparse(_example_node(statement.value, function, example))
+    return ast.unparse(_example_node(cast(ast.Call, statement.value), function, example))
 
 
 def with_example(source: str, function: str, example: dict | None) -> str:
@@ -91,7 +95,7 @@ def with_example(source: str, function: str, example: dict | None) -> str:
     statement = explore_call(node)
     if statement is None:
         return source
-    call = statement.value
+    call = cast(ast.Call, statement.value)
     check = call.args[3] if len(call.args) > 3 else next(k.value for k in call.keywords if k.arg == "check")
     example_node = _example_node(call, function, example)
     if isinstance(check, ast.Lambda) and len(check.args.args) == 1:
@@ -101,5 +105,6 @@ def with_example(source: str, function: str, example: dict | None) -> str:
     lines = source.splitlines()
     indent = lines[statement.lineno - 1][:statement.col_offset]
     comment = f"{indent}# The example of the property the matrix ran" + (" (its failing one)" if example else "")
-    lines[statement.lineno - 1:statement.end_lineno] = [comment, indent + ast.unparse(ast.fix_missing_locations(replay))]
+    replayed = ast.unparse(ast.fix_missing_locations(replay))
+    lines[statement.lineno - 1:statement.end_lineno] = [comment, indent + replayed]
     return "\n".join(lines) + "\n"

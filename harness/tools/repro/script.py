@@ -12,11 +12,14 @@ import functools
 import pathlib
 import re
 import sys
+from collections.abc import Iterable
+from typing import cast
 
 from harness.core import paths
 from harness.tools.repro.errors import ReproError
 from harness.tools.repro.op_example import build_op_script
-from harness.tools.repro.property_example import explore_call, header as property_header, with_example
+from harness.tools.repro.property_example import explore_call, with_example
+from harness.tools.repro.property_example import header as property_header
 from harness.tools.repro.verdict import Verdict
 
 MAX_LINES = 120
@@ -31,8 +34,8 @@ class Statement:
     """A top-level statement of a source file: its text, and the names it defines and uses."""
 
     text: str
-    defines: set
-    uses: set
+    defines: set[str]
+    uses: set[str]
     node: ast.AST
 
     @property
@@ -40,7 +43,7 @@ class Statement:
         return isinstance(self.node, (ast.Import, ast.ImportFrom))
 
 
-def _names(node) -> set:
+def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
@@ -49,13 +52,13 @@ def _parsed(source: str) -> ast.Module:
     return ast.parse(source)
 
 
-def _pytest_names(tree) -> set:
+def _pytest_names(tree: ast.Module) -> set[str]:
     """`pytest` and the module's names bound to pytest objects (`te_bug = pytest.mark...`), its own
     or imported from a cases/ support module (a shared declaration)."""
     names, changed = {"pytest"}, True
     for node in tree.body:
         support = _support_module(node)
-        if support is not None:
+        if isinstance(node, ast.ImportFrom) and support is not None:
             bound = _pytest_names(_parsed(support.read_text()))
             names |= {a.asname or a.name for a in node.names if a.name in bound}
     while changed:
@@ -87,18 +90,19 @@ def _statements(source: str, docstrings: bool) -> tuple[Statement, ...]:
             continue  # the module docstring
         decorators = getattr(node, "decorator_list", [])
         start = min([node.lineno] + [d.lineno for d in decorators]) - 1
-        while start > 0 and lines[start - 1].lstrip().startswith("#") and not lines[start - 1].lstrip().startswith("# ---"):
+        while start > 0 and lines[start - 1].lstrip().startswith("#") \
+                and not lines[start - 1].lstrip().startswith("# ---"):
             start -= 1
         dropped = [d for d in decorators if _names(d) & pytest_names]
         skip = {number for d in dropped for number in range(d.lineno - 1, d.end_lineno)}
         if not docstrings:
             for inner in ast.walk(node):
-                body = getattr(inner, "body", None)
-                if isinstance(inner, (ast.FunctionDef, ast.ClassDef)) and len(body) > 1 \
-                        and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
-                    skip.update(range(body[0].lineno - 1, body[0].end_lineno))
-                    if not lines[body[0].end_lineno].strip():  # and the blank line after it
-                        skip.add(body[0].end_lineno)
+                body = inner.body if isinstance(inner, (ast.FunctionDef, ast.ClassDef)) else []
+                if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                    end = _last_line(body[0])
+                    skip.update(range(body[0].lineno - 1, end))
+                    if not lines[end].strip():  # and the blank line after it
+                        skip.add(end)
         text = "\n".join(line for number, line in enumerate(lines[start:node.end_lineno], start) if number not in skip)
         uses = set().union(*(_names(child) for child in ast.iter_child_nodes(node) if child not in dropped))
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -111,14 +115,20 @@ def _statements(source: str, docstrings: bool) -> tuple[Statement, ...]:
     return tuple(found)
 
 
+def _last_line(node: ast.stmt) -> int:
+    """The node's last line: ast.parse sets it on every statement."""
+    return cast(int, node.end_lineno)
+
+
 def as_block(statement: Statement) -> Statement:
     """The statement without its blank lines: a carried helper reads as one block, the script stays short."""
     return dataclasses.replace(statement, text="\n".join(line for line in statement.text.splitlines() if line.strip()))
 
 
-def needed(found: list[Statement], roots: set) -> list[Statement]:
+def needed(found: list[Statement], roots: set[str]) -> list[Statement]:
     """The statements that define `roots` and what those use, transitively, in source order."""
-    wanted, kept = set(roots), set()
+    wanted = set(roots)
+    kept: set[int] = set()
     changed = True
     while changed:
         changed = False
@@ -131,8 +141,9 @@ def needed(found: list[Statement], roots: set) -> list[Statement]:
 
 
 def _imported_module(statement: Statement) -> str:
+    """The module an import statement (`is_import`) imports from, or the first it imports."""
     node = statement.node
-    return (node.module or "") if isinstance(node, ast.ImportFrom) else node.names[0].name
+    return (node.module or "") if isinstance(node, ast.ImportFrom) else cast(ast.Import, node).names[0].name
 
 
 ASSUME = '''
@@ -142,8 +153,7 @@ def assume(condition):
         raise Skip("the example's assumption does not hold here")
 '''
 SKIP = '''
-class Skip(Exception):
-    """The case cannot run on this torch or Lightning."""
+class Skip(Exception): pass  # the case cannot run on this torch or Lightning
 '''
 NEED = '''
 def need(dotted):
@@ -155,24 +165,25 @@ def need(dotted):
         raise Skip(f"missing: {dotted}") from None
 '''
 
-def _attributes(nodes) -> set:
+def _attributes(nodes: Iterable[ast.AST]) -> set[str]:
     return {n.attr for node in nodes for n in ast.walk(node) if isinstance(n, ast.Attribute)}
 
 
-def without_unused_methods(source: str, attributes: set) -> str:
+def without_unused_methods(source: str, attributes: set[str]) -> str:
     """`source` less the methods of its plain classes (no base class: the harness's `Case`, a
     case's recorder) that nothing calls: neither the case (`attributes`) nor a method kept. Dunder
     methods stay; classes with a base keep everything (torch calls `forward`, `__torch_function__`)."""
     classes = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and not n.bases]
     methods = [m for c in classes for m in c.body if isinstance(m, ast.FunctionDef)]
-    kept, used = set(), set(attributes)
+    kept: set[ast.FunctionDef] = set()
+    used = set(attributes)
     while True:
         now = {m for m in methods if m.name.startswith("__") or m.name in used}
         if now == kept:
             break
         kept, used = now, used | _attributes(now)
     dropped = {number for m in methods if m not in kept
-               for number in range(min([m.lineno] + [d.lineno for d in m.decorator_list]) - 1, m.end_lineno)}
+               for number in range(min([m.lineno] + [d.lineno for d in m.decorator_list]) - 1, _last_line(m))}
     return "\n".join(line for number, line in enumerate(source.splitlines()) if number not in dropped) + "\n"
 
 
@@ -237,8 +248,8 @@ def build_script(info: dict) -> str:
     source = without_unused_methods(source, attributes)
     support = [without_unused_methods(text, attributes) for text in support]
     own = {s.node.name: s for s in statements(source) if isinstance(s.node, ast.FunctionDef)}  # with docstrings
-    found = [own.get(getattr(s.node, "name", None), s) if getattr(s.node, "name", None) == function else s
-             for s in [s for text in support for s in statements(text, docstrings=False)] + statements(source, docstrings=False)
+    bare = [s for text in [*support, source] for s in statements(text, docstrings=False)]
+    found = [own.get(function, s) if getattr(s.node, "name", None) == function else s for s in bare
              if not (s.is_import and (_imported_module(s).split(".")[0] in BLOCKED or _support_module(s.node)))]
     fixtures = {s.node.name for s in found if isinstance(s.node, ast.FunctionDef) and s.node.name in info["argnames"]
                 and s.node.name != function}
@@ -258,7 +269,8 @@ def build_script(info: dict) -> str:
     if "'cuda'" in params.values():
         guards.append("if not torch.cuda.is_available():\n            raise Skip('no CUDA device')")
     skips = bool(guards) or bool(uses & {"need", "assume"})
-    stdlib = {"sys", "traceback"} | ({"re"} if verdict.expected else set()) | ({"importlib"} if "need" in uses else set()) \
+    stdlib = {"sys", "traceback"} | ({"re"} if verdict.expected else set()) \
+        | ({"importlib"} if "need" in uses else set()) \
         | ({"pathlib", "tempfile"} if "tmp_path" in info["argnames"] else set())
     imports = []
     for s in [s for s in found + kit if s.is_import]:
@@ -285,7 +297,6 @@ def build_script(info: dict) -> str:
     helpers = [s.text for s in case_code if not s.is_import and getattr(s.node, "name", None) != function]
     parts += ["\n".join(helpers)] + [s.text for s in case_code if getattr(s.node, "name", None) == function]
     call = f"{function}({', '.join(_arguments(info, fixtures))})"
-    exit_codes = verdict.exit_codes(can_skip=skips)
     main = [
         'if __name__ == "__main__":',
         "    torch.manual_seed(0)  # as the matrix starts every case",
@@ -297,8 +308,7 @@ def build_script(info: dict) -> str:
         "    except Exception as error:",
         "        traceback.print_exc(file=sys.stdout)",
         f"        outcome = {verdict.on_error()}",
-        "    print('figures:', case.metrics, f'\\nOUTCOME: {outcome} (torch {torch.__version__})')",
-        f"    sys.exit({exit_codes!r}[outcome.split(':')[0]])",
+        *[f"    {line}" for line in verdict.ending(can_skip=skips, figures="case.metrics")],
     ]
     text = "\n\n".join(p.strip("\n") for p in parts) + "\n\n" + "\n".join(main) + "\n"  # one blank line: short
     compile(text, script_name(info["case"]), "exec")  # a SyntaxError here is a harness bug
