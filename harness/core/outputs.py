@@ -20,7 +20,8 @@ class Drain:
     """Reads a pipe to its end on a thread of its own, keeping HEAD bytes of its start and TAIL of its end."""
 
     def __init__(self, pipe):
-        self.head, self.tail, self.tail_size, self.cut = bytearray(), collections.deque(), 0, 0
+        self.head, self.tail_size, self.cut = bytearray(), 0, 0
+        self.tail: collections.deque[bytes] = collections.deque()
         self.thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
         self.thread.start()
 

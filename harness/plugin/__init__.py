@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+from collections.abc import Callable
 
 import pytest
 
@@ -123,12 +124,15 @@ def xdist_distributes(config) -> bool:
             and bool(getattr(config.option, "tx", None)) and not config.option.collectonly)
 
 
+Selection = Callable[[list], tuple[list, list]]  # items -> (chosen, deselected)
+
+
 def pytest_collection_modifyitems(config, items):
     """--lightning-cases: the cases that do not use Lightning are deselected (their outcome does not
     depend on its release; the row's own session runs them). --cuda-cases: those that do not run on
     the GPU are (the row's CPU session runs them). --reuse-plan: those whose record is carried over are
     (every other case the file holds runs: one the last run never recorded too)."""
-    selections = [(config.getoption(option), select) for option, select in
+    selections: list[tuple[bool, Selection]] = [(config.getoption(option), select) for option, select in
                   (("lightning_cases", lightning_use.lightning_items), ("cuda_cases", cuda_items))]
     plan = config.getoption("reuse_plan")
     if plan:

@@ -227,7 +227,7 @@ class CaseRun(Case):
                     self.metrics["run_s"] = min(seconds, self.metrics.get("run_s", seconds))
 
     def check(self, *args, **kwargs):
-        self.compared = None
+        self.compared = None  # type: ignore[assignment]  # Case (carried into scripts as it is) declares no type
         try:
             return super().check(*args, **kwargs)
         finally:

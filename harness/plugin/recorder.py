@@ -74,15 +74,15 @@ def _exit_status(worker) -> int | None:
 
 
 class ResultsRecorder:
+    worker_dir: pathlib.Path  # the workers' logs of this run: made at the session's start, before any record
     def __init__(self, config) -> None:
         self.config = config
         self.writer: resultsfile.ResultsWriter | None = None
         self.environment: EnvironmentProbe | None = None
-        self.pending: dict[str, list[dict]] = {}
+        self.pending: dict[str, list[records.PhaseData]] = {}
         self.durations: dict[str, float] = {}
         self.locations: dict[str, dict] = {}  # nodeid -> {"file", "line"} of its test function
         self.counts: dict[str, int] = {}
-        self.worker_dir: pathlib.Path | None = None
         self.times: dict = {"cases": {}}  # the session's times (harness.core.timings), held for its JUnit file
 
     @pytest.hookimpl(tryfirst=True)
@@ -201,7 +201,6 @@ class ResultsRecorder:
             from harness.plugin import cudaguard
 
             return {"main": cudaguard.summary()}
-        assert self.worker_dir is not None  # made at the session's start, before any record
         return workerlog.guard_summaries(self.worker_dir)
 
     def _refused_since_start(self) -> list[dict]:
@@ -266,7 +265,7 @@ class ResultsRecorder:
         recorded = {r.get("nodeid") for r in self.writer.records() if r.get("kind") == "case"}
         missing = [nodeid for nodeid in getattr(self, "collected", None) or [] if nodeid not in recorded]
         if missing:  # collected and never recorded: the run is not complete, and a later one runs them
-            end.update(missing=len(missing), missing_cases=missing[:records.MISSING_NAMED])
+            end.update({"missing": len(missing), "missing_cases": missing[:records.MISSING_NAMED]})
         late = self._refused_since_start()
         if late:  # the environment record was written before these: the run's whole story is here
             end["cuda_refused"] = late

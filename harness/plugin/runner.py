@@ -198,13 +198,13 @@ class CaseRunner:
         workers = 1
         directory = None
         self.worker = workerinput["workerid"] if workerinput else "main"
-        self.caches = None
+        self.caches: compilecaches.CaseCaches | None = None
         if workerinput:
             workers = int(workerinput.get("workercount", 1))
             directory = workerinput.get("harness_worker_dir")
         self.log = WorkerLog(directory, self.worker) if directory else None
         self.memory = limits.memory_limit_bytes(config.getoption("memory_limit"), workers)
-        self.previous_memory_limit = None
+        self.previous_memory_limit: tuple[int, int] | None = None
         self.state: TorchState | None = None
         self.isolation = config.getoption("isolation")
         self.forking = self.isolation != "none" and hasattr(os, "fork")
@@ -221,9 +221,8 @@ class CaseRunner:
         if self.log is not None:
             self.log.capture()
         if self.worker != "main":
-            # xdist's controller owns Ctrl-C (it stops handing out cases and writes the end record); a case
-            # that interrupts its worker, or its own process (inherited by each case's process), costs
-            # nothing else.
+            # xdist's controller owns Ctrl-C (it stops handing out cases and writes the end record); a case that
+            # interrupts its worker, or its own process (inherited by each case's process), costs nothing else.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.previous_memory_limit = limits.limit_memory(self.memory)
         # Made here, once: a forked child that made it first would make it anew, deleting what every
@@ -299,8 +298,8 @@ class CaseRunner:
     def time_backstop(self, item):
         limit = time_limit(item)
         if limit:
-            out = self.log.file if self.log is not None else sys.__stderr__
-            faulthandler.dump_traceback_later(backstop_after(limit), exit=True, file=out)
+            out = self.log.file if self.log is not None and self.log.file is not None else sys.__stderr__
+            faulthandler.dump_traceback_later(backstop_after(limit), exit=True, file=out or sys.stderr)
         try:
             yield
         finally:
@@ -345,7 +344,9 @@ class CaseRunner:
     def pytest_runtest_protocol(self, item, nextitem):
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         reruns = rerun_count(item, self.reruns)
-        attempts, leaked, log_cut = [], [], []
+        assert self.caches is not None  # pytest_sessionstart installed them, before any case
+        attempts, leaked = [], []
+        log_cut: list[str] = []
         while True:
             if self.log is not None:
                 self.log.case_started(case_identity(item), time_limit(item))
@@ -379,8 +380,8 @@ class CaseRunner:
                     data["outcome"] = "flaky"
             if data is not None and leaked:
                 data["leaked"] = leaked
-            if data is not None and log_cut:
-                data.update(log_cut="; ".join(log_cut), log=str(self.log.path))
+            if data is not None and log_cut and self.log is not None:  # only a log cuts
+                data.update({"log_cut": "; ".join(log_cut), "log": str(self.log.path)})
             item.ihook.pytest_runtest_logreport(report=report)
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True

@@ -50,13 +50,13 @@ def _after_imports(tree: ast.Module) -> int:
 
 def materialise_need(source: str) -> Iterator[str]:
     def rewrite(tree, k):
-        places = [(body, i, s) for body in _bodies(tree) for i, s in enumerate(body)
+        places = [(body, i, s, dotted) for body in _bodies(tree) for i, s in enumerate(body)
                   if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
-                  and _need_path(s.value)]
+                  and (dotted := _need_path(s.value))]
         if k >= len(places):
             return False
-        body, index, statement = places[k]
-        dotted, name = _need_path(statement.value), statement.targets[0].id
+        body, index, statement, dotted = places[k]
+        name = statement.targets[0].id
         module, _, attribute = dotted.rpartition(".")
         if module.split(".")[0] in _imported_whole(tree):
             body[index] = ast.Assign(targets=statement.targets, value=_attribute_of(dotted))

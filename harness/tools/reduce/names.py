@@ -293,12 +293,11 @@ def drop_unused_results(source: str) -> Iterator[str]:
             width = len(f.body[-1].value.elts)
             sites = [s for s in ast.walk(tree) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
                      and isinstance(s.value.func, ast.Name) and s.value.func.id == f.name]
-            if len(sites) != len(_reads(tree, f.name)) or not all(
-                    isinstance(s.targets[0], ast.Tuple) and len(s.targets[0].elts) == width and len(s.targets) == 1
-                    and all(isinstance(t, ast.Name) for t in s.targets[0].elts) for s in sites):
+            bound = [names for s in sites if (names := _tuple_names(s)) is not None and len(names) == width]
+            if len(sites) != len(_reads(tree, f.name)) or len(bound) != len(sites):
                 continue
             for position in range(width):
-                if all(not _names_read(tree, s.targets[0].elts[position].id) for s in sites):
+                if all(not _names_read(tree, names[position]) for names in bound):
                     places.append((f, sites, position))
         if k >= len(places):
             return False
@@ -313,6 +312,14 @@ def drop_unused_results(source: str) -> Iterator[str]:
                 site.targets[0] = site.targets[0].elts[0]
         return True
     return _each(source, rewrite)
+
+
+def _tuple_names(assign: ast.Assign) -> list[str] | None:
+    """The names `a, b = ...` binds, in order; None where its one target is not a tuple of plain names."""
+    if not (len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Tuple)):
+        return None
+    names = [t.id for t in assign.targets[0].elts if isinstance(t, ast.Name)]
+    return names if len(names) == len(assign.targets[0].elts) else None
 
 
 def _names_read(tree: ast.Module, name: str) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import copy
 from collections.abc import Callable, Iterator
+from typing import TypeGuard
 
 
 def _loaded_names(tree: ast.AST) -> set[str]:
@@ -159,31 +160,32 @@ def fold_literals(source: str) -> Iterator[str]:
     `range(1)` or over `[e]` becomes `i = 0` (`i = e`) and its body, `[e for i in range(1)]` becomes `[e]`
     (i unused)."""
     def rewrite(tree, k):
-        places = [n for n in ast.walk(tree) if _foldable(n)]
-        places += [(body, i) for body in _bodies(tree) for i, s in enumerate(body) if _one_round(s)]
+        places: list[ast.AST | tuple[list[ast.stmt], int, ast.For]] = [n for n in ast.walk(tree) if _foldable(n)]
+        places += [(body, i, s) for body in _bodies(tree) for i, s in enumerate(body) if _one_round(s)]
         if k >= len(places):
             return False
         place = places[k]
         if isinstance(place, tuple):
-            body, i = place
-            loop = body[i]
-            value = ast.Constant(0) if _range_one(loop.iter) else loop.iter.elts[0]
+            body, i, loop = place
+            # _one_round: the loop is over range(1) (a call) or over a one-element list or tuple
+            value = loop.iter.elts[0] if isinstance(loop.iter, (ast.List, ast.Tuple)) else ast.Constant(0)
             body[i:i + 1] = [ast.Assign(targets=[loop.target], value=value)] + loop.body
         elif isinstance(place, ast.Call) and isinstance(place.func, ast.Lambda):
             _become(place, place.func.body)
         elif isinstance(place, ast.Call) and _starred_literal(place):
-            place.args = [e for a in place.args for e in (a.value.elts if _starred_literal_argument(a) else [a])]
+            place.args = [e for a in place.args for e in _spread(a)]
         elif isinstance(place, ast.Call):
-            splat = next(kw for kw in place.keywords if kw.arg is None and isinstance(kw.value, ast.Dict))
-            position = place.keywords.index(splat)
-            place.keywords[position:position + 1] = [ast.keyword(arg=key.value, value=value)
-                                                     for key, value in zip(splat.value.keys, splat.value.values,
-                                                                           strict=True)]
-        elif isinstance(place, ast.Subscript):
+            position, keywords = next((i, said) for i, said in enumerate(map(_splat_keywords, place.keywords))
+                                      if said is not None)
+            place.keywords[position:position + 1] = keywords
+        elif (isinstance(place, ast.Subscript) and isinstance(place.value, ast.Tuple)
+              and isinstance(place.slice, ast.Constant) and isinstance(place.slice.value, int)):
             _become(place, place.value.elts[place.slice.value])
-        else:
+        elif isinstance(place, ast.ListComp):
             place.generators = []
             _become(place, ast.List(elts=[place.elt], ctx=ast.Load()))
+        else:
+            return SKIP  # _foldable admits no other node
         return True
     return _each(source, rewrite)
 
@@ -192,19 +194,20 @@ def plain_calls(source: str) -> Iterator[str]:
     """What the harness's run_with_grads leaves: `torch.utils._pytree.tree_flatten(e)[0]` becomes `[e]`
     (the outputs of a function that returns one tensor), `sum([e])` becomes `e`."""
     def rewrite(tree, k):
-        places = [n for n in ast.walk(tree) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Call)
-                  and ast.unparse(n.value.func).endswith("tree_flatten") and len(n.value.args) == 1
-                  and ast.unparse(n.slice) == "0"]
-        places += [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "sum"
+        # (the node, what it becomes)
+        places: list[tuple[ast.expr, ast.expr]] = [
+            (n, ast.List(elts=[n.value.args[0]], ctx=ast.Load())) for n in ast.walk(tree)
+            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Call)
+            and ast.unparse(n.value.func).endswith("tree_flatten") and len(n.value.args) == 1
+            and ast.unparse(n.slice) == "0"]
+        places += [(n, n.args[0].elts[0]) for n in ast.walk(tree)
+                   if isinstance(n, ast.Call) and ast.unparse(n.func) == "sum"
                    and len(n.args) == 1 and not n.keywords and isinstance(n.args[0], ast.List)
                    and len(n.args[0].elts) == 1]
         if k >= len(places):
             return False
-        node = places[k]
-        if isinstance(node, ast.Subscript):
-            _become(node, ast.List(elts=[node.value.args[0]], ctx=ast.Load()))
-        else:
-            _become(node, node.args[0].elts[0])
+        node, replacement = places[k]
+        _become(node, replacement)
         return True
     return _each(source, rewrite)
 
@@ -227,15 +230,32 @@ def _starred_literal(call: ast.Call) -> bool:
     return any(_starred_literal_argument(a) for a in call.args)
 
 
+def _spread(argument: ast.expr) -> list[ast.expr]:
+    """The arguments a call argument says: `*(a, b)` says a and b; any other argument, itself."""
+    if isinstance(argument, ast.Starred) and isinstance(argument.value, (ast.Tuple, ast.List)):
+        return argument.value.elts
+    return [argument]
+
+
+def _splat_keywords(keyword: ast.keyword) -> list[ast.keyword] | None:
+    """`**{'k': v}` as the keywords `k=v` it says; None where it is no dict literal with identifier keys."""
+    if not (keyword.arg is None and isinstance(keyword.value, ast.Dict)):
+        return None
+    keywords = []
+    for key, value in zip(keyword.value.keys, keyword.value.values, strict=True):
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier()):
+            return None
+        keywords.append(ast.keyword(arg=key.value, value=value))
+    return keywords
+
+
 def _foldable(node: ast.AST) -> bool:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Lambda):
         arguments = node.func.args
         return not (node.args or node.keywords or arguments.args or arguments.posonlyargs or arguments.kwonlyargs
                     or arguments.vararg or arguments.kwarg)
     if isinstance(node, ast.Call):
-        return _starred_literal(node) or any(kw.arg is None and isinstance(kw.value, ast.Dict) and all(
-            isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier()
-            for key in kw.value.keys) for kw in node.keywords)
+        return _starred_literal(node) or any(_splat_keywords(kw) is not None for kw in node.keywords)
     if isinstance(node, ast.Subscript):
         return (isinstance(node.value, ast.Tuple) and isinstance(node.ctx, ast.Load)
                 and isinstance(node.slice, ast.Constant) and type(node.slice.value) is int
@@ -247,7 +267,7 @@ def _foldable(node: ast.AST) -> bool:
     return False
 
 
-def _one_round(statement: ast.stmt) -> bool:
+def _one_round(statement: ast.stmt) -> TypeGuard[ast.For]:
     if not isinstance(statement, ast.For):
         return False
     once = _range_one(statement.iter) or (isinstance(statement.iter, (ast.List, ast.Tuple))
