@@ -45,7 +45,7 @@ def mirror_cuda(table: pathlib.Path, into: pathlib.Path) -> int:
             if "[cuda-" not in case or twin is None:
                 continue
             writer.write({**twin, "case": case, "params": {**twin.get("params", {}), "device": "cuda"}})
-        writer.write({"kind": "end", "exitstatus": 0, "counts": {}, "seconds": 1})
+        writer.write(records.end_record(exitstatus=0, counts={}, reused=0, seconds=1))
         writer.close()
         made += 1
     return made
