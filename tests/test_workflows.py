@@ -121,7 +121,7 @@ def all_sessions():
     assert result.returncode == 0, result.stderr
     # --json lists the selected sessions: the matrix by its tags, the others by name.
     names = {entry["session"] for entry in json.loads(result.stdout)}
-    for name in ("tests", "report", "explore"):
+    for name in ("tests", "lint", "report", "explore"):
         result = nox("-l", "--json", "-s", name)
         assert result.returncode == 0, result.stderr
         names |= {entry["session"] for entry in json.loads(result.stdout)}
