@@ -238,6 +238,8 @@ def test_literals_are_said_plainly():
     assert first(reduce_passes.fold_literals("with (lambda: Mode())():\n    f()\n")) == "with Mode():\n    f()\n"
     assert first(reduce_passes.fold_literals("for r in [f(1)]:\n    g(r)\n")) == "r = f(1)\ng(r)\n"
     assert list(reduce_passes.fold_literals("h = (lambda x: x)(1)\nfor r in [1, 2]:\n    g(r)\n")) == []
+    # the `**{...}` whose keys are names is the one folded, whichever comes first
+    assert first(reduce_passes.fold_literals("f(**{a: 1}, **{'k': 2})\n")) == "f(**{a: 1}, k=2)\n"
     assert list(reduce_passes.fold_literals("for i in range(1):\n    break\nr = [i for i in range(1)]\n")) == []
 
 
