@@ -182,6 +182,9 @@ def lightning_newest(args) -> int:
     return lightning_releases.command(args)
 
 
+EXPLORE_EXAMPLES = 200  # explore's default, per property and cell: declared with its option (parser)
+
+
 def add_results(command) -> None:
     """Where a command reads results files: one option, one meaning (the default read when the parser is built, so
     that $HARNESS_RESULTS_DIR of the run applies)."""
@@ -220,8 +223,6 @@ def add_axis(command, first: str, last: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    from harness.tools.explore import DEFAULT_EXAMPLES
-
     main = OneLineParser(prog="python -m harness")
     commands = main.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check-env", help="check the running environment against a session's pins")
@@ -335,8 +336,8 @@ def parser() -> argparse.ArgumentParser:
     xpl = commands.add_parser("explore", help="the property cases with many more examples in a session's venv, "
                               "shrinking what fails; records in results/explore/")
     xpl.add_argument("session", nargs="?", metavar="SESSION", help="a matrix session, e.g. cpu_torch215")
-    xpl.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES, metavar="N",
-                     help=f"examples per property and cell (default {DEFAULT_EXAMPLES})")
+    xpl.add_argument("--examples", type=int, default=EXPLORE_EXAMPLES, metavar="N",
+                     help=f"examples per property and cell (default {EXPLORE_EXAMPLES})")
     xpl.set_defaults(func=explore, takes_pytest_args=True)  # the arguments it does not know go to pytest
     exp = commands.add_parser("explore-summary", help="what an explore run found: its failing signatures, new "
                               "ones first, with their shrunk examples")

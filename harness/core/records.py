@@ -189,8 +189,8 @@ def identity(session: str, torch: str | None = None, gpu: bool = False) -> matri
         return matrix.find(session).identity
     except matrix.MatrixError:
         device = "cuda" if gpu else "cpu"
-        return matrix.Identity(session=session, device=device, line=device, row=torch or "?", label=None, plain=session,
-                        lightning_of=None)
+        return matrix.Identity(session=session, device=device, line=device, row=torch or "?", label=None,
+                               plain=session, lightning_of=None)
 
 
 MISSING_NAMED = 20

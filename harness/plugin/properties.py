@@ -39,7 +39,6 @@ from harness.core import outcomes, timings
 from harness.core.sessions import EXPLORE_ENV
 
 if sys.version_info < (3, 11):  # hypothesis depends on the backport there
-    # mypy checks as 3.10 (pyproject.toml): the backport is installed only where the lint's Python is 3.10 too.
     from exceptiongroup import ExceptionGroup
 
 SEED_ENV = "HARNESS_EXPLORE_SEED"

@@ -10,8 +10,6 @@ import subprocess
 from harness.core import matrix, paths, runsession, sessions, venvs
 from harness.core.errors import BadInput
 
-DEFAULT_EXAMPLES = 200  # per property and cell
-
 
 def command(session: str | None, examples: int, pytest_args: list[str]) -> int:
     if not session or session.startswith("-"):
