@@ -1,8 +1,13 @@
 """The plugin, run as a user runs it: pytest on case files, real torch, real compile."""
 
 import json
+import os
+import subprocess
+import sys
 
-from harness.core import timings
+import pytest
+
+from harness.core import records, resultsfile, timings
 from tests.conftest import ROOT
 
 CASES = '''
@@ -159,6 +164,42 @@ def test_environment_record(pytester):
     assert any(p.startswith("torch==") for p in env["packages"])
     assert env["collect_env"].startswith("PyTorch version:")
     assert env["git_commit"] and len(env["git_commit"]) == 40
+
+
+REFUSED_FORK = '''
+import os
+
+
+def refused(*args):  # as fork() fails where the process limit is reached
+    raise BlockingIOError(11, "Resource temporarily unavailable")
+
+
+os.fork = refused
+'''
+
+
+@pytest.mark.parametrize("where, fork", [("xdist", "forked"), ("xdist", "refused"), ("in_process", "refused")])
+def test_the_environment_record_is_what_a_process_of_its_own_reads(pytester, monkeypatch, where, fork):
+    """The record is read in a child forked from the process that runs cases (torch's imports shared), or,
+    where none can be forked, in a process of its own, which says so: the same record either way."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makepyfile(test_family="def test_one(case):\n    pass\n")
+    if fork == "refused":
+        pytester.makeconftest(REFUSED_FORK)
+    out = pytester.path / "out"
+    result = pytester.runpytest_subprocess("-p", "harness.plugin", "-n", "1" if where == "xdist" else "0",
+                                           "--isolation=none", f"--results-dir={out}", "--session-name=demo")
+    result.assert_outcomes(passed=1)
+    # Both as the results file holds them, this machine's places named alike (pytest's own process writes
+    # its records with the temporary directory of its cases)
+    recorded = json.loads(records.portable((out / "demo.jsonl").read_text().splitlines()[0]))
+    own = subprocess.run([sys.executable, "-m", "harness.plugin.environment", "demo"], cwd=ROOT, capture_output=True,
+                         text=True, env=os.environ)
+    written = json.loads(records.portable(resultsfile.bounded_line(json.loads(own.stdout))))
+    expected = {k: v for k, v in written.items() if k != "started"}
+    assert {k: recorded.get(k) for k in expected} == expected
+    said = [line for line in result.stderr.lines if "the environment record is read in a process of its own" in line]
+    assert (said and "BlockingIOError" in said[0]) if fork == "refused" else not said, result.stderr.lines[-20:]
 
 
 def test_records_are_on_disk_as_each_case_finishes(pytester):

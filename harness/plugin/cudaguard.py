@@ -83,6 +83,7 @@ class WarmProcessSpoiled(Exception):
 
 
 _warm_pid: int | None = None
+_NVML_CHECK_BEFORE = os.environ.get(NVML_CHECK_ENV)  # the session's own, before any guard set it
 _state: dict = {"nvml_count": None, "guarded": False, "refused": [], "probe": None}
 
 
@@ -195,6 +196,15 @@ def _refusing(name: str, real):
     refused.__name__ = name
     refused.__wrapped__ = real  # type: ignore[attr-defined]  # typeshed's functions have none; release() reads it
     return refused
+
+
+def as_in_a_fresh_process() -> None:
+    """In a child of the warm process that must see CUDA as a fresh process of the session does (the
+    environment record's): torch asks the CUDA runtime again where the session's environment says so."""
+    if _NVML_CHECK_BEFORE is None:
+        os.environ.pop(NVML_CHECK_ENV, None)
+    else:
+        os.environ[NVML_CHECK_ENV] = _NVML_CHECK_BEFORE
 
 
 def gpu_visible() -> bool:

@@ -1,18 +1,25 @@
-"""The environment record that opens every results file."""
+"""The environment record that opens every results file (harness.plugin.gathering says where it is read)."""
 
 from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import json
 import os
 import pathlib
 import platform
 import subprocess
 import sys
 
-from harness.core import paths, records, versions
+from harness.core import matrix, paths, records, versions
 from harness.core.installs import install_environment, installed_torch_wheel
 from harness.core.sessions import COMPILE_CACHES_ENV, SESSION_ENV
+
+
+def recorded_session(config) -> str:
+    """The session this run records as: --session-name, $HARNESS_SESSION, else a local session."""
+    name = config.getoption("session_name") or os.environ.get(SESSION_ENV)
+    return name or matrix.local_session_name(versions.installed("torch") or "unknown")
 
 
 def git_commit(root: pathlib.Path = paths.ROOT) -> str | None:
@@ -137,7 +144,5 @@ def environment_record(session: str) -> records.EnvironmentRecord:
     return record
 
 
-if __name__ == "__main__":  # the plugin runs this beside the session to gather the record
-    import json
-
+if __name__ == "__main__":  # where no forked child gave the record
     print(json.dumps(environment_record(sys.argv[1]), default=str))

@@ -83,7 +83,7 @@ def _parse(data: bytes) -> dict | None:
     return sent if isinstance(sent, dict) else None
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """PR_SET_PDEATHSIG: a child whose worker is killed must not go on computing."""
     try:
         import ctypes
@@ -299,7 +299,7 @@ class ForkedAttempt:
     def _child(self, protocol, write: int, output) -> None:
         code, stage = UNSENT, "starting the case's process"
         try:
-            _die_with_parent()
+            die_with_parent()
             if output is not None:
                 os.dup2(output.fileno(), 1)
                 os.dup2(output.fileno(), 2)

@@ -11,22 +11,16 @@ import json
 import os
 import pathlib
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from harness.core import caseid, matrix, outcomes, paths, records, resultsfile, timings, versions
-from harness.core.sessions import SESSION_ENV, WORKERS_BASIS_ENV
-from harness.plugin import junit, workerlog
-
-
-def recorded_session(config) -> str:
-    """The session this run records as: --session-name, $HARNESS_SESSION, else a local session."""
-    name = config.getoption("session_name") or os.environ.get(SESSION_ENV)
-    return name or matrix.local_session_name(versions.installed("torch") or "unknown")
+from harness.core import caseid, matrix, outcomes, paths, records, resultsfile, timings
+from harness.core.sessions import WORKERS_BASIS_ENV
+from harness.plugin import gathering, junit, workerlog
+from harness.plugin.environment import recorded_session
 
 
 def check_session_pins(name: str, gpu: bool = True) -> None:
@@ -42,24 +36,6 @@ def check_session_pins(name: str, gpu: bool = True) -> None:
         envcheck.check(session, gpu=gpu)
     except envcheck.EnvironmentMismatch as exc:
         raise pytest.UsageError(str(exc)) from None
-
-
-class EnvironmentProbe:
-    """`python -m harness.plugin.environment SESSION` beside the run: the environment record (it
-    imports torch and runs collect_env, which this process need not wait for)."""
-
-    def __init__(self, name: str):
-        self.process = subprocess.Popen([sys.executable, "-m", "harness.plugin.environment", name],
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=paths.ROOT)
-        self.record: dict | None = None
-
-    def result(self) -> dict:
-        if self.record is None:
-            out, err = self.process.communicate()
-            if self.process.returncode != 0:
-                raise pytest.UsageError(f"cannot read this environment: {err.strip().splitlines()[-1:]}")
-            self.record = json.loads(out)
-        return self.record
 
 
 def _exit_status(worker) -> int | None:
@@ -78,7 +54,7 @@ class ResultsRecorder:
     def __init__(self, config) -> None:
         self.config = config
         self.writer: resultsfile.ResultsWriter | None = None
-        self.environment: EnvironmentProbe | None = None
+        self.environment: gathering.RecordSource | None = None
         self.pending: dict[str, list[records.PhaseData]] = {}
         self.durations: dict[str, float] = {}
         self.locations: dict[str, dict] = {}  # nodeid -> {"file", "line"} of its test function
@@ -99,7 +75,7 @@ class ResultsRecorder:
         # (a usage error, nothing collected) leaves an earlier file where it was. What is there now is
         # that earlier run's; a file there later that is not this one was written by a case.
         self.earlier = resultsfile.file_identity(self.path)
-        self.environment = EnvironmentProbe(self.name)
+        self.environment = gathering.RecordSource(self.name, self.config)
         plan = self.config.getoption("reuse_plan")
         self.plan = json.loads(pathlib.Path(plan).read_text()) if plan else None
         self.started = time.time()
@@ -114,8 +90,10 @@ class ResultsRecorder:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node):
-        """Tell each worker where to keep its output log."""
+        """Tell each worker where to keep its output log, and the first where to write the environment record."""
         node.workerinput["harness_worker_dir"] = str(self.worker_dir)
+        assert self.environment is not None  # made at the session's start, before xdist starts its workers
+        self.environment.ask_worker(node, self.worker_dir / "environment.json")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids):

@@ -22,7 +22,8 @@ from _pytest.runner import runtestprotocol
 
 from harness.core import limits, outcomes, records
 from harness.core.caseid import case_identity
-from harness.plugin import compilecaches, cudaguard, isolation, workerlog
+from harness.plugin import compilecaches, cudaguard, gathering, isolation, workerlog
+from harness.plugin.marks import backstop_after, rerun_count, skipped_by_marks, time_limit
 from harness.plugin.torchstate import TorchState
 from harness.plugin.warmup import warm_up
 from harness.plugin.workdir import WorkingDirectory
@@ -48,54 +49,6 @@ def case(request):
     run.declared = outcomes.declared_for(request.node, torch.__version__)  # a property classifies each example
     request.node.stash[CASE_RUN] = run
     return run
-
-
-# --- limits -----------------------------------------------------------------------------------
-
-def time_limit(item) -> float | None:
-    """The case's limit as pytest-timeout applies it: its `timeout` marker, else `--timeout`
-    (or the ini value). None or 0: no limit."""
-    marker = item.get_closest_marker("timeout")
-    if marker is not None:
-        value = marker.args[0] if marker.args else marker.kwargs.get("timeout")
-    else:
-        value = item.config.getoption("timeout", None)
-        if value is None:
-            try:
-                value = item.config.getini("timeout")
-            except ValueError:  # pytest-timeout not loaded
-                value = None
-    try:
-        return float(value) or None
-    except (TypeError, ValueError):
-        return None
-
-
-def backstop_after(limit: float) -> float:
-    """When the process is ended if the case is still running: pytest-timeout's own thread
-    needs the GIL, so a hang that holds it (a native call) is ended by faulthandler's
-    C-level watchdog instead, a little later."""
-    return limit + 10 + 0.1 * limit
-
-
-def skipped_by_marks(item) -> bool:
-    """Whether the case's skip and skipif marks skip it: pytest then skips it before any fixture or
-    code of the case runs (its skipping plugin decides first, in setup)."""
-    from _pytest.skipping import evaluate_skip_marks
-
-    try:
-        return evaluate_skip_marks(item) is not None
-    except Exception:  # a condition that raises: the attempt meets it again and records it
-        return False
-
-
-def rerun_count(item, default: int) -> int:
-    """How often a failing case runs again: pytest-rerunfailures' `flaky(reruns=N)` marker where
-    a case has one, else the session's setting."""
-    marker = item.get_closest_marker("flaky")
-    if marker is None:
-        return default
-    return int(marker.kwargs.get("reruns", marker.args[0] if marker.args else 1))
 
 
 def read_captured_output_with_replacement() -> None:
@@ -197,8 +150,9 @@ class CaseRunner:
         self.reruns = max(config.getoption("case_reruns"), 0)
         workers = 1
         directory = None
-        self.worker = workerinput["workerid"] if workerinput else "main"
+        self.worker, self.workerinput = (workerinput["workerid"] if workerinput else "main"), workerinput
         self.caches: compilecaches.CaseCaches | None = None
+        self.gathering: gathering.ForkedGathering | None = None  # the environment record's child, where asked
         if workerinput:
             workers = int(workerinput.get("workercount", 1))
             directory = workerinput.get("harness_worker_dir")
@@ -228,6 +182,8 @@ class CaseRunner:
         # Made here, once: a forked child that made it first would make it anew, deleting what every
         # earlier case left there (with xdist the base is given, and pytest clears a given one).
         self.config._tmp_path_factory.getbasetemp()
+        # The environment record's child, forked before what the record reads changes (the caches' variables).
+        self.gathering = gathering.fork_where_cases_run(self.config, self.workerinput)
         self.caches = compilecaches.CaseCaches.install(self.config, self.worker)
         collecting_only = self.config.option.collectonly
         # Where a GPU is visible a compile here would initialise CUDA; collecting only, nothing will compile.
@@ -251,6 +207,8 @@ class CaseRunner:
         """The warm process, as collection and every plugin left it, must fork children that find CUDA as
         a fresh process does: where it cannot, the run stops here with one line, before any case runs
         (a worker says why to the controller, which stops the run: `Interrupted: harness: ...`)."""
+        if self.gathering is not None:  # ended before any case forks (the cases' leftovers are killed)
+            self.gathering.wait()
         if not self.forking:
             return None
         try:
@@ -272,6 +230,8 @@ class CaseRunner:
             workerlog.write_guard_summary(self.log, cudaguard.summary())
 
     def pytest_sessionfinish(self, session):
+        if self.gathering is not None:  # where no case ran (runtestloop waited for it otherwise)
+            self.gathering.wait()
         self.keep_guard_summary()  # with what was refused after collection
         if self.forking:
             import gc
