@@ -146,16 +146,6 @@ def test_install_only_builds_and_runs_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_file_after_the_dashes_narrows_the_session(tmp_path):
-    result = nox("-s", MAIN.name, "--", "cases/test_checkpoint.py", "-k", "plain_checkpoint and eager",
-                 env={paths.RESULTS_ENV: str(tmp_path)})
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    cases = [r for r in records.read(tmp_path / f"{MAIN.name}.jsonl") if r["kind"] == "case"]
-    assert cases and all(r["case"].startswith("checkpoint/plain_checkpoint[") and "eager" in r["case"] for r in cases)
-    assert (tmp_path / f"{MAIN.name}.xml").is_file()
-
-
-@pytest.mark.slow
 @pytest.mark.skipif(bool(envcheck.host_gpus()), reason="this machine has a GPU")
 def test_a_cuda_session_builds_checks_and_collects_without_a_gpu(tmp_path):
     result = nox("-s", MAIN_CUDA.name, "--", "--collect-only", "-q", env={paths.RESULTS_ENV: str(tmp_path / "results")})
@@ -168,13 +158,16 @@ def test_a_cuda_session_builds_checks_and_collects_without_a_gpu(tmp_path):
 
 
 @pytest.mark.slow
-def test_install_variables_are_recorded_and_a_change_rebuilds(tmp_path):
+def test_install_variables_are_recorded_and_a_change_rebuilds_and_a_file_after_the_dashes_narrows(tmp_path):
     # An envdir of 88 characters: nox hashes the venv's name (a venv path over 87), as in a deep
     # checkout or a CI workspace; the harness's tools still find the venv by the session's name.
     envs, results = tmp_path / ("e" * max(1, 87 - len(str(tmp_path)))), tmp_path / "results"
-    first = nox("-s", MAIN.name, "--envdir", str(envs), "--", "-k", "plain_checkpoint and eager",
-                env={paths.RESULTS_ENV: str(results)})
-    assert first.returncode == 0, first.stderr[-3000:]
+    first = nox("-s", MAIN.name, "--envdir", str(envs), "--", "cases/test_checkpoint.py", "-k",
+                "plain_checkpoint and eager", env={paths.RESULTS_ENV: str(results)})
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    cases = [r for r in records.read(results / f"{MAIN.name}.jsonl") if r["kind"] == "case"]
+    assert cases and all(r["case"].startswith("checkpoint/plain_checkpoint[") and "eager" in r["case"] for r in cases)
+    assert (results / f"{MAIN.name}.xml").is_file()
     assert "The virtualenv name was hashed" in first.stderr, (len(str(envs)), first.stderr[-2000:])
     assert venvs.ensure_venv(MAIN.name, envs, build=False) == venvs.venv_python(MAIN.name, envs)
     assert subprocess.run([venvs.venv_python(MAIN.name, envs), "-c", "import torch"], check=False).returncode == 0

@@ -103,27 +103,35 @@ def test_a_run_stopped_midway_leaves_no_green_row_and_the_next_run_records_what_
     assert code == 0 and "6 records reused; to run: nothing" in said, said[-2000:]
 
 
-@pytest.mark.parametrize("broken", ["import torch_no_such_module\n", "def test_x(case:\n"], ids=["import", "syntax"])
-def test_a_case_file_that_cannot_be_collected_is_a_record_until_it_can(project, tmp_path, broken):
+BROKEN = {"broken_import": ("import torch_no_such_module\n",
+                            "ModuleNotFoundError: No module named 'torch_no_such_module'"),
+          "broken_syntax": ("def test_x(case:\n", "SyntaxError")}
+
+
+def test_a_case_file_that_cannot_be_collected_is_a_record_until_it_can(project, tmp_path):
+    # Two files that cannot be collected, one that cannot import and one that does not parse: each is a
+    # record of its own, beside the cases that can run.
     results = tmp_path / "results"
-    (project / "cases" / "test_broken.py").write_text(broken)
+    for name, (source, _) in BROKEN.items():
+        (project / "cases" / f"test_{name}.py").write_text(source)
     for _attempt in range(2):  # and again: an `error` is never carried over
         code, said = session(project, results)
         assert code != 0, said[-3000:]
         measured = cases(results)
         assert {c: r["outcome"] for c, r in measured.items()} == {
             "alpha/sin[eager]": "pass", "alpha/sin[aot_eager]": "pass", "alpha/sin[inductor]": "pass",
-            "broken/collection-error": "error"}, said[-3000:]
-        error = measured["broken/collection-error"]
-        reason = "ModuleNotFoundError: No module named 'torch_no_such_module'" if "import" in broken else "SyntaxError"
-        assert (error["message"].startswith("cannot collect cases/test_broken.py: ")
-                and reason in error["message"]), error
+            **{f"{name}/collection-error": "error" for name in BROKEN}}, said[-3000:]
+        for name, (_, reason) in BROKEN.items():
+            error = measured[f"{name}/collection-error"]
+            assert (error["message"].startswith(f"cannot collect cases/test_{name}.py: ")
+                    and reason in error["message"]), error
         junit = (results / f"{SESSION}.xml").read_text()
-        assert 'errors="1"' in junit and "collection-error" in junit, junit[:500]
+        assert 'errors="2"' in junit and junit.count("collection-error") == 2, junit[:500]
         assert "INTERNALERROR" not in said
-    (project / "cases" / "test_broken.py").write_text(ALPHA)
+    for name in BROKEN:
+        (project / "cases" / f"test_{name}.py").write_text(ALPHA)
     code, said = session(project, results)
-    assert code == 0 and "broken/collection-error" not in cases(results), said[-2000:]
+    assert code == 0 and not [c for c in cases(results) if c.endswith("collection-error")], said[-2000:]
 
 
 DIES_AT_START = '''
