@@ -22,6 +22,7 @@ from collections.abc import Callable
 import pytest
 
 from harness.core import paths
+from harness.plugin import workerlog
 from harness.plugin.environment import CACHE_FLAGS, environment_record, recorded_session
 
 # xdist's controller names, in its first worker's input, the file that worker's child writes the record to.
@@ -52,7 +53,7 @@ class ForkedGathering:
                 stream.flush()
             self.pid = os.fork()
         except (ImportError, OSError, AttributeError) as exc:  # torch does not import; no fork() here
-            _write_whole(self.path, json.dumps({"unread": f"no child forked: {type(exc).__name__}: {exc}"[:1000]}))
+            _write_unread(self.path, f"no child forked: {type(exc).__name__}: {exc}")
             return
         if self.pid == 0:
             code = 1
@@ -65,7 +66,7 @@ class ForkedGathering:
                 _write_whole(self.path, json.dumps(environment_record(session), default=str))
                 code = 0
             except BaseException as exc:
-                _write_whole(self.path, json.dumps({"unread": f"{type(exc).__name__}: {exc}"[:1000]}))
+                _write_unread(self.path, f"{type(exc).__name__}: {exc}")
             finally:
                 os._exit(code)
 
@@ -91,6 +92,11 @@ def _write_whole(path: pathlib.Path, text: str) -> None:
     staged = path.with_name(f".{path.name}.{os.getpid()}")
     staged.write_text(text)
     os.replace(staged, path)
+
+
+def _write_unread(path: pathlib.Path, why: str) -> None:
+    """In place of the record: why it could not be read (read_written says it)."""
+    _write_whole(path, json.dumps({"unread": why[:1000]}))
 
 
 def read_written(path: pathlib.Path) -> tuple[dict | None, str]:
@@ -153,16 +159,16 @@ class RecordSource:
             return
         self.path = path
         node.workerinput[WORKER_INPUT_KEY] = {"session": self.session, "path": str(path)}
-        popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+        popen = workerlog.worker_process(node)
         if popen is not None:
             self.worker_ended = lambda: popen.poll() is not None
 
     def result(self) -> dict:
         if self.record is None:
-            written, why = self._written()
+            forked = self.config.stash.get(FORKED, None)  # where this process runs the cases, and forked the child
+            written, why = self._written(forked)
             if written is None:
                 print(f"harness: the environment record is read in a process of its own: {why}", file=sys.stderr)
-                forked = self.config.stash.get(FORKED, None)
                 try:
                     written = read_in_own_process(self.session, forked.environ if forked else self.environ)
                 except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
@@ -170,9 +176,8 @@ class RecordSource:
             self.record = written
         return self.record
 
-    def _written(self) -> tuple[dict | None, str]:
-        forked = self.config.stash.get(FORKED, None)
-        if forked is not None:  # this process runs the cases, and forked the child
+    def _written(self, forked: ForkedGathering | None) -> tuple[dict | None, str]:
+        if forked is not None:
             forked.wait()
             return read_written(forked.path)
         if self.path is None:

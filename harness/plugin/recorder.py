@@ -40,7 +40,7 @@ def check_session_pins(name: str, gpu: bool = True) -> None:
 
 def _exit_status(worker) -> int | None:
     """How a dead xdist worker ended (negative: the signal), where execnet can tell."""
-    popen = getattr(getattr(getattr(worker, "gateway", None), "_io", None), "popen", None)
+    popen = workerlog.worker_process(worker)
     if popen is None:
         return None
     try:

@@ -29,6 +29,10 @@ START_MARK = "=== harness: start "
 CASE_LOG_LIMIT = 64 * 2**20  # bytes of the log one attempt of a case keeps: a 10 MB message twice, whole
 
 
+def worker_process(node):
+    """The process of xdist's worker `node` (execnet's Popen), or None where execnet does not expose one."""
+    return getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+
 class CaseNote(TypedDict, total=False):
     """What a worker notes of the case it is running (`<worker>.current`); empty before its first case."""
     identity: CaseIdentity
