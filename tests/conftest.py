@@ -1,3 +1,4 @@
+import contextlib
 import fcntl
 import os
 import pathlib
@@ -112,16 +113,16 @@ def checkout_venvs(tmp_path_factory):
     return envdir
 
 
-@pytest.fixture
-def nested_compile_caches(tmp_path, tmp_path_factory, monkeypatch):
-    """The compile caches of the sessions a test runs (harness.plugin.compilecaches), under its own
-    tmp_path: each case of the test compiles into a directory of its own, empty when the test starts.
-    Only the worker's warm-up (harness.plugin.warmup: the same small compile in every run, 8-10 s cold
-    on this machine, paid by dozens of nested sessions) is served warm: from what the first such test
-    of this pytest process left, as a re-run of a real session is served it from its venv. The C++ builds
-    that cases share (named by their source and compile command) are shared by every such test of the
-    pytest process, as a session's cases share them."""
-    root = tmp_path / "compile-caches"
+@contextlib.contextmanager
+def warm_compile_caches(folder: pathlib.Path, tmp_path_factory):
+    """The compile caches of the sessions a test runs (harness.plugin.compilecaches), under `folder`:
+    each case compiles into a directory of its own, empty when the test starts. Only the worker's
+    warm-up (harness.plugin.warmup: the same small compile in every run, 8-10 s cold on this machine,
+    paid by dozens of nested sessions) is served warm: from what the first such run of this pytest
+    process left, as a re-run of a real session is served it from its venv. The C++ builds that cases
+    share (named by their source and compile command) are shared by every such run of the pytest
+    process, as a session's cases share them."""
+    root = folder / "compile-caches"
     root.mkdir()
     shared_builds = tmp_path_factory.getbasetemp() / "shared-builds"
     shared_builds.mkdir(exist_ok=True)
@@ -129,7 +130,6 @@ def nested_compile_caches(tmp_path, tmp_path_factory, monkeypatch):
     template = tmp_path_factory.getbasetemp() / "warm-up-compile-caches"  # a folder per worker name
     if template.is_dir():  # hard links: the warm-up's precompiled header alone is 152 MB (torch 2.15)
         shutil.copytree(template, root / "warm-up", symlinks=True, copy_function=_link_or_copy)
-    monkeypatch.setenv(COMPILE_CACHES_ENV, str(root))
     yield root
     for warmed in (root / "warm-up").glob("*"):
         if not (template / warmed.name).exists():
@@ -137,3 +137,11 @@ def nested_compile_caches(tmp_path, tmp_path_factory, monkeypatch):
             staged = template / f".{warmed.name}.{os.getpid()}"
             shutil.copytree(warmed, staged, symlinks=True, copy_function=_link_or_copy)
             staged.rename(template / warmed.name)
+
+
+@pytest.fixture
+def nested_compile_caches(tmp_path, tmp_path_factory, monkeypatch):
+    """The compile caches of the sessions a test runs, under its own tmp_path (warm_compile_caches)."""
+    with warm_compile_caches(tmp_path, tmp_path_factory) as root:
+        monkeypatch.setenv(COMPILE_CACHES_ENV, str(root))
+        yield root

@@ -1,6 +1,7 @@
 """Whatever a case raises, prints or writes, its record stays honest and bounded, and the checkout
-stays clean: through the sessions' own pytest command (real xdist, real torch, forked cases), and
-once through `nox -s <the main job> -- FILE` on a planted file (tests/planted/faulty_records.py)."""
+stays clean: through the sessions' own pytest command (real xdist, real torch, forked cases; one
+session holds the faults that leave the results file alone), and once through `nox -s <the main job>
+-- FILE` on a planted file (tests/planted/faulty_records.py)."""
 
 import pathlib
 import shutil
@@ -15,9 +16,11 @@ from tests.conftest import CHECKOUT_VENVS, ROOT, copy_project, run_nox
 from tests.test_isolation import (
     PLANTED_HEADER,
     SESSION,
+    PlantedRun,
     by_variant,
     case_records,
     ok_case,
+    run_planted_file,
     run_session_command,
     session_env,  # noqa: F401 (a fixture, used by name)
 )
@@ -25,103 +28,164 @@ from tests.test_isolation import (
 PLANTED = ROOT / "tests" / "planted" / "faulty_records.py"
 
 
-def run_planted(pytester, body: str, seconds: list | None = None) -> dict:
-    """`seconds`: where the session command's wall time goes, for a test that needs it."""
-    path = pytester.makepyfile(test_planted=PLANTED_HEADER + body + "\n\n" + ok_case("after"))
-    result, results_file, took = run_session_command(pytester, path, "--timeout=120")
-    if seconds is not None:
-        seconds.append(took)
-    cases = by_variant(case_records(results_file))
-    assert cases["after"]["outcome"] == "pass", cases["after"]
-    for line in results_file.read_bytes().splitlines():  # bytes: a case may have written what is not UTF-8
-        assert len(line) <= records.LINE_LIMIT
-    return cases
-
-
-@pytest.mark.usefixtures("session_env")
-def test_an_exception_without_text_is_a_failure_that_names_its_type(pytester):
-    cases = run_planted(pytester, '''
+# Each planted case below runs in one session (faulty_records_session): a run's start-up is paid once.
+UNPRINTABLE_EXCEPTION = '''
 class Unprintable(Exception):
     def __str__(self):
         raise RuntimeError("no text")
 
 
-def test_fault(case):
+def test_unprintable_exception(case):
     raise Unprintable()
-''')
-    fault = cases["fault"]
-    assert (fault["outcome"], fault["exc_type"]) == ("fail", "test_planted.Unprintable")
-    assert fault["message"] == "<unprintable test_planted.Unprintable: its str() raised RuntimeError: no text>"
-
-
-@pytest.mark.usefixtures("session_env")
-def test_output_that_is_not_utf8_leaves_the_case_its_own_failure(pytester):
-    cases = run_planted(pytester, '''
-import sys
-
-
-def test_fault(case):
+'''
+NOT_UTF8_OUTPUT = '''
+def test_not_utf8_output(case):
     os.write(1, b"raw \\xff\\xfe\\n")
     sys.stdout.buffer.write(b"through sys.stdout: \\xff\\n")
     print("and text")
     assert False, "the case's own failure"
-''')
-    assert (cases["fault"]["outcome"], cases["fault"]["message"]) == ("fail", "the case's own failure")
-
-
-@pytest.mark.usefixtures("session_env")
-def test_a_report_the_child_cannot_send_says_which_part_failed(pytester):
-    # A property whose str() raises: the child's reports cannot be serialised for the worker.
-    cases = run_planted(pytester, '''
-class Unprintable:
+'''
+# A property whose str() raises: the child's reports cannot be serialised for the worker.
+UNSENDABLE_REPORT = '''
+class UnprintableFigure:
     def __str__(self):
         raise RuntimeError("no text")
 
 
-def test_fault(case, record_property):
-    record_property("figure", Unprintable())
-''')
-    fault = cases["fault"]
-    assert fault["outcome"] == "error"
-    assert fault["message"] == ("the case's report did not reach the harness: serialising its reports raised "
-                                "RuntimeError: no text")
-
-
-@pytest.mark.usefixtures("session_env")
-def test_a_huge_message_is_cut_in_the_record_and_whole_in_the_worker_log(pytester):
-    cases = run_planted(pytester, '''
-def test_fault(case):
+def test_unsendable_report(case, record_property):
+    record_property("figure", UnprintableFigure())
+'''
+HUGE_MESSAGE = '''
+def test_huge_message(case):
     raise AssertionError("head " + "x" * 10_000_000 + " tail")
-''')
-    fault = cases["fault"]
-    assert fault["outcome"] == "fail" and len(fault["attempts"]) == 2
-    for message in (fault["message"], *(a["message"] for a in fault["attempts"])):
-        assert message.startswith("head xxx") and message.endswith("xxx tail") and "characters cut" in message
-    log = pathlib.Path(fault["log"])
-    assert ("head " + "x" * 10_000_000 + " tail") in log.read_text()
-    # beside the results, for as long as they are kept (not pytest's base temp, which keeps three runs)
-    assert log.is_relative_to(pytester.path / "results" / paths.LOGS / SESSION.name), log
-
-
-@pytest.mark.usefixtures("session_env")
-def test_what_a_case_writes_lands_in_its_own_directory(pytester):
-    cases = run_planted(pytester, '''
-import pathlib
-
-
-def test_fault(case):
+'''
+WRITES_FILES = '''
+def test_writes_files(case):
     pathlib.Path("lightning_logs/version_0").mkdir(parents=True)
     torch.save(torch.ones(2), "model.pt")
 
 
 def test_writes_nothing(case):
     assert not pathlib.Path("model.pt").exists()
-''')
-    workdir = pathlib.Path(cases["fault"]["workdir"])
-    assert cases["fault"]["outcome"] == "pass" and (workdir / "model.pt").is_file()
+'''
+# A daemon grandchild (a double fork) keeps the child's report pipe open for 600 s; the case itself
+# passes at once. Its end is the child's exit, and the daemon is ended with its case.
+DAEMON_HOLDS_THE_PIPE = '''
+def test_daemon_holds_the_pipe(case):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(600)
+        os._exit(0)
+    case.check(torch.sin, torch.randn(3, requires_grad=True))
+'''
+REPLACES_WHAT_THE_HARNESS_SENDS_WITH = '''
+def test_replaces_json_and_write(case):
+    case.check(torch.sin, torch.randn(3, requires_grad=True))
+    json.dumps = lambda *args, **kwargs: "not the report"
+    os.write = lambda fd, data: len(data)
+'''
+CONTROL_CHARACTERS = '''
+def test_control_characters(case):
+    raise AssertionError("colour \\x1b[31mred\\x1b[0m, NUL \\x00, bell \\x07, unit separator \\x1f, end")
+'''
+IN_ONE_SESSION = pytest.mark.xdist_group("faulty-records-session")  # one worker runs the one session
+
+
+@pytest.fixture(scope="session")  # not "module": a worker may run other modules' tests between these
+def faulty_records_session(tmp_path_factory) -> PlantedRun:
+    folder = tmp_path_factory.mktemp("faulty-records-session")
+    parts = [UNPRINTABLE_EXCEPTION, NOT_UTF8_OUTPUT, UNSENDABLE_REPORT, HUGE_MESSAGE, WRITES_FILES,
+             DAEMON_HOLDS_THE_PIPE, REPLACES_WHAT_THE_HARNESS_SENDS_WITH, CONTROL_CHARACTERS, ok_case("after")]
+    run = run_planted_file(folder, PLANTED_HEADER + "import json, pathlib, sys, time\n\n" + "\n\n".join(parts),
+                           "--timeout=120", tmp_path_factory=tmp_path_factory)
+    assert run.returncode == 1, run.output[-6000:]
+    assert_honest_and_bounded(run.results_file)
+    return run
+
+
+def assert_honest_and_bounded(results_file: pathlib.Path) -> None:
+    """The planted file's last case, after every fault, passes; every line of the results is bounded."""
+    assert case_records(results_file)[-1]["params"]["variant"] == "after"
+    assert by_variant(case_records(results_file))["after"]["outcome"] == "pass"
+    for line in results_file.read_bytes().splitlines():  # bytes: a case may have written what is not UTF-8
+        assert len(line) <= records.LINE_LIMIT
+
+
+def run_planted(pytester, body: str) -> dict:
+    """A planted file of its own (the tests that change the results file itself), its records by variant."""
+    path = pytester.makepyfile(test_planted=PLANTED_HEADER + body + "\n\n" + ok_case("after"))
+    _, results_file, _ = run_session_command(pytester, path, "--timeout=120")
+    assert_honest_and_bounded(results_file)
+    return by_variant(case_records(results_file))
+
+
+@IN_ONE_SESSION
+def test_an_exception_without_text_is_a_failure_that_names_its_type(faulty_records_session):
+    fault = faulty_records_session.cases["unprintable_exception"]
+    assert (fault["outcome"], fault["exc_type"]) == ("fail", "test_planted.Unprintable")
+    assert fault["message"] == "<unprintable test_planted.Unprintable: its str() raised RuntimeError: no text>"
+
+
+@IN_ONE_SESSION
+def test_output_that_is_not_utf8_leaves_the_case_its_own_failure(faulty_records_session):
+    fault = faulty_records_session.cases["not_utf8_output"]
+    assert (fault["outcome"], fault["message"]) == ("fail", "the case's own failure")
+
+
+@IN_ONE_SESSION
+def test_a_report_the_child_cannot_send_says_which_part_failed(faulty_records_session):
+    fault = faulty_records_session.cases["unsendable_report"]
+    assert fault["outcome"] == "error"
+    assert fault["message"] == ("the case's report did not reach the harness: serialising its reports raised "
+                                "RuntimeError: no text")
+
+
+@IN_ONE_SESSION
+def test_a_huge_message_is_cut_in_the_record_and_whole_in_the_worker_log(faulty_records_session):
+    fault = faulty_records_session.cases["huge_message"]
+    assert fault["outcome"] == "fail" and len(fault["attempts"]) == 2
+    for message in (fault["message"], *(a["message"] for a in fault["attempts"])):
+        assert message.startswith("head xxx") and message.endswith("xxx tail") and "characters cut" in message
+    log = pathlib.Path(fault["log"])  # bytes: the worker's log holds what other cases printed, not all UTF-8
+    assert (b"head " + b"x" * 10_000_000 + b" tail") in log.read_bytes()
+    # beside the results, for as long as they are kept (not pytest's base temp, which keeps three runs)
+    assert log.is_relative_to(faulty_records_session.results_file.parent / paths.LOGS / SESSION.name), log
+
+
+@IN_ONE_SESSION
+def test_what_a_case_writes_lands_in_its_own_directory(faulty_records_session):
+    cases = faulty_records_session.cases
+    workdir = pathlib.Path(cases["writes_files"]["workdir"])
+    assert cases["writes_files"]["outcome"] == "pass" and (workdir / "model.pt").is_file()
     assert (workdir / "lightning_logs" / "version_0").is_dir()
     assert cases["writes_nothing"]["outcome"] == "pass" and "workdir" not in cases["writes_nothing"]
-    assert not (pytester.path / "model.pt").exists() and not (pytester.path / "lightning_logs").exists()
+    folder = faulty_records_session.path.parent
+    assert not (folder / "model.pt").exists() and not (folder / "lightning_logs").exists()
+
+
+@IN_ONE_SESSION
+def test_a_process_that_inherits_the_report_pipe_cannot_hold_the_case(faulty_records_session):
+    # Held by the daemon, the case would run into its 120 s limit (`timeout`) and the run past 600 s.
+    fault = faulty_records_session.cases["daemon_holds_the_pipe"]
+    took = faulty_records_session.seconds
+    assert fault["outcome"] == "pass" and took < 600, (took, fault)  # not the hard limit, nor the daemon's 600 s
+    assert any("process left running, killed after the case" in text for text in fault["leaked"]), fault
+
+
+@IN_ONE_SESSION
+def test_a_case_that_replaces_what_the_harness_sends_with_still_reports(faulty_records_session):
+    fault = faulty_records_session.cases["replaces_json_and_write"]
+    assert fault["outcome"] == "pass", fault
+
+
+@IN_ONE_SESSION
+def test_control_characters_in_a_message_leave_the_junit_file_well_formed(faulty_records_session):
+    fault = faulty_records_session.cases["control_characters"]
+    assert fault["outcome"] == "fail", fault
+    suite = ElementTree.parse(faulty_records_session.results_file.with_suffix(".xml")).getroot().find("testsuite")
+    failure = next(c for c in suite.iter("testcase") if c.get("name") == "control_characters").find("failure")
+    assert "colour \\x1b[31mred\\x1b[0m, NUL \\x00, bell \\x07, unit separator \\x1f, end" in failure.get("message")
 
 
 def project_with(tmp_path, planted: pathlib.Path) -> pathlib.Path:
@@ -237,44 +301,6 @@ def test_the_report_without_its_templates_package_names_it(tmp_path):
     assert done.stderr.startswith("error: missing package 'Jinja2'") and done.stderr.count("\n") == 1, done.stderr
 
 
-@pytest.mark.usefixtures("session_env")
-def test_a_process_that_inherits_the_report_pipe_cannot_hold_the_case(pytester):
-    # A daemon grandchild (a double fork) keeps the child's report pipe open for 600 s; the case itself
-    # passes at once. Its end is the child's exit, and the daemon is ended with its case. Held by the
-    # daemon, the case would run into its 120 s limit (`timeout`) and the run past 600 s; a run of two
-    # cases took 25 s here alone and 71 s under act beside an explore job.
-    took = []
-    cases = run_planted(pytester, '''
-import time
-
-
-def test_fault(case):
-    if os.fork() == 0:
-        os.setsid()
-        if os.fork() == 0:
-            time.sleep(600)
-        os._exit(0)
-    case.check(torch.sin, torch.randn(3, requires_grad=True))
-''', took)
-    fault = cases["fault"]
-    assert fault["outcome"] == "pass" and took[0] < 600, (took, fault)  # not the hard limit, nor the daemon's 600 s
-    assert any("process left running, killed after the case" in text for text in fault["leaked"]), fault
-
-
-@pytest.mark.usefixtures("session_env")
-def test_a_case_that_replaces_what_the_harness_sends_with_still_reports(pytester):
-    cases = run_planted(pytester, '''
-import json
-
-
-def test_fault(case):
-    case.check(torch.sin, torch.randn(3, requires_grad=True))
-    json.dumps = lambda *args, **kwargs: "not the report"
-    os.write = lambda fd, data: len(data)
-''')
-    assert cases["fault"]["outcome"] == "pass", cases["fault"]
-
-
 def results_of(pytester) -> pathlib.Path:
     return paths.results_path(SESSION.name, pytester.path / "results")
 
@@ -354,18 +380,6 @@ def test_fault(case):
     assert not list(previous.glob(f"*{paths.RESULTS_SUFFIX}")), list(previous.iterdir())
     assert [p.read_text() for p in previous.glob("*.foreign")] == ["written by a case\n"]
     assert records.read(results_of(pytester))[-1]["foreign"]["files"], "not counted"
-
-
-@pytest.mark.usefixtures("session_env")
-def test_control_characters_in_a_message_leave_the_junit_file_well_formed(pytester):
-    cases = run_planted(pytester, '''
-def test_fault(case):
-    raise AssertionError("colour \\x1b[31mred\\x1b[0m, NUL \\x00, bell \\x07, unit separator \\x1f, end")
-''')
-    assert cases["fault"]["outcome"] == "fail", cases["fault"]
-    suite = ElementTree.parse(results_of(pytester).with_suffix(".xml")).getroot().find("testsuite")
-    failure = next(c for c in suite.iter("testcase") if c.get("name") == "fault").find("failure")
-    assert "colour \\x1b[31mred\\x1b[0m, NUL \\x00, bell \\x07, unit separator \\x1f, end" in failure.get("message")
 
 
 @pytest.mark.usefixtures("session_env")

@@ -6,8 +6,11 @@ the sessions broken. The last test plants faults in a real family and runs `nox 
 """
 
 import ast
+import dataclasses
+import fnmatch
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -15,7 +18,7 @@ import time
 import pytest
 
 from harness.core import matrix, paths, records, sessions
-from tests.conftest import CHECKOUT_VENVS, ROOT, copy_project, run_nox
+from tests.conftest import CHECKOUT_VENVS, ROOT, copy_project, run_nox, warm_compile_caches
 
 SESSION = matrix.main_session()  # what the tests venv holds
 
@@ -80,51 +83,41 @@ def by_variant(cases) -> dict:
     return {r["params"]["variant"]: r for r in cases}
 
 
-@pytest.fixture(scope="session")  # not "module": a worker may run other modules' tests between these
-def every_kind_of_fault(tmp_path_factory):
-    """One session on a file that holds each kind of fault between two plain cases (one session run
-    for all kinds: a run's start-up, about 15 s, is paid once), its records by variant."""
-    folder = tmp_path_factory.mktemp("every-kind-of-fault")
+@dataclasses.dataclass(frozen=True)
+class PlantedRun:
+    """One run of the sessions' pytest command on a planted file, for the tests that read it."""
+    path: pathlib.Path  # the planted file
+    returncode: int
+    output: str
+    results_file: pathlib.Path
+    seconds: float
+
+    @property
+    def cases(self) -> dict:
+        return by_variant(case_records(self.results_file))
+
+
+def run_planted_file(folder: pathlib.Path, source: str, *args, tmp_path_factory, env=None) -> PlantedRun:
+    """The session's pytest command on `source` (planted as `folder`/test_planted.py), one worker, the
+    compile caches as tests/conftest.py's warm_compile_caches gives them: one run that many tests read
+    (a run's start-up, torch's imports and the warm-up, is about 25 s of CPU here)."""
     path = folder / "test_planted.py"
-    path.write_text(PLANTED_HEADER + "\n\n".join(
-        text for kind in sorted(FAULTS)
-        for text in (ok_case(f"before_{kind}"), fault_case(f"fault_{kind}", kind), ok_case(f"after_{kind}"))))
-    command = sessions.pytest_args(SESSION, [str(path), *LIMITS, f"--results-dir={folder / 'results'}"])
-    env = {**os.environ, "HARNESS_WORKERS": "1"}
-    env.update({"PYTHONPATH": str(ROOT), sessions.SESSION_ENV: SESSION.name,
-                sessions.COMPILE_CACHES_ENV: str(folder / "compile-caches")})
-    done = subprocess.run([sys.executable, *command], cwd=folder, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    return by_variant(case_records(folder / "results" / f"{SESSION.name}.jsonl"))
+    path.write_text(source)
+    command = sessions.pytest_args(SESSION, [str(path), *args, f"--results-dir={folder / 'results'}"])
+    with warm_compile_caches(folder, tmp_path_factory) as caches:
+        environ = {**os.environ, "HARNESS_WORKERS": "1", "PYTHONPATH": str(ROOT), sessions.SESSION_ENV: SESSION.name,
+                   sessions.COMPILE_CACHES_ENV: str(caches), **(env or {})}
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, *command], cwd=folder, env=environ, capture_output=True, text=True,
+                              timeout=900)
+    return PlantedRun(path, done.returncode, done.stdout + done.stderr,
+                      paths.results_path(SESSION.name, folder / "results"), time.monotonic() - start)
 
 
-@pytest.mark.xdist_group("every-kind-of-fault")  # one worker runs the module's one session
-@pytest.mark.parametrize("kind", sorted(FAULTS))
-def test_each_kind_of_fault_costs_its_case_alone(every_kind_of_fault, kind):
-    cases = every_kind_of_fault
-    _, outcome, message = FAULTS[kind]
-    assert {n: cases[n]["outcome"] for n in (f"before_{kind}", f"fault_{kind}", f"after_{kind}")} == {
-        f"before_{kind}": "pass", f"fault_{kind}": outcome, f"after_{kind}": "pass"}
-    fault = cases[f"fault_{kind}"]
-    assert fault["message"].startswith(message), fault
-    if outcome == "timeout":
-        assert "test_planted.py:" in fault["message"]
-
-
-def test_faults_first_in_the_middle_twice_in_a_row_and_last(pytester, session_env):
-    order = ["fault_first", "ok_1", "fault_middle", "fault_again", "ok_2", "fault_last"]
-    path = pytester.makepyfile(test_planted=PLANTED_HEADER + "\n\n".join(
-        ok_case(n) if n.startswith("ok") else fault_case(n, "segfault") for n in order))
-    result, results_file, _ = run_session_command(pytester, path)
-    cases = case_records(results_file)
-    assert [r["params"]["variant"] for r in cases] == order  # the order of the file, as without faults
-    assert {r["params"]["variant"]: r["outcome"] for r in cases} == {
-        n: "pass" if n.startswith("ok") else "crash" for n in order}
-
-
-def test_faults_in_a_fixture_and_its_teardown(pytester, session_env):
-    path = pytester.makepyfile(test_planted=PLANTED_HEADER + '''
-
+# Faults first, in the middle, twice in a row and last: the records keep the order of the file.
+ORDER_HEAD = ["fault_first", "ok_1", "fault_middle", "fault_again", "ok_2"]
+ORDER_TAIL = ["fault_last"]
+FIXTURE_FAULTS = '''
 @pytest.fixture
 def crashes_on_setup():
     os.abort()
@@ -146,54 +139,21 @@ def test_teardown_crash(case, crashes_on_teardown):
     case.check(torch.cos, torch.randn(3, requires_grad=True))
 
 
-''' + ok_case("after"))
-    result, results_file, _ = run_session_command(pytester, path, *LIMITS)
-    cases = by_variant(case_records(results_file))
-    assert {n: r["outcome"] for n, r in cases.items()} == {
-        "setup_crash": "crash", "between": "pass", "teardown_crash": "crash", "after": "pass"}
-    assert cases["setup_crash"]["message"].startswith("Fatal Python error: Aborted at test_planted.py")
-    assert "in crashes_on_setup" in cases["setup_crash"]["message"]
-    assert "in crashes_on_teardown" in cases["teardown_crash"]["message"]
-    assert cases["teardown_crash"]["metrics"]["graphs"] == 1  # what the case did before it died
-
-
-def test_start_up_is_not_charged_to_the_first_case(pytester, session_env):
-    # A new worker imports torch, Dynamo and inductor before its first case's clock starts
-    # (about 4 s here); after a crash, the replacement worker's first case as well.
-    path = pytester.makepyfile(test_planted=PLANTED_HEADER + "\n\n".join([
-        "def test_empty_first(case):\n    pass\n", fault_case("crash", "segfault"),
-        "def test_empty_after_crash(case):\n    pass\n"]))
-    _, results_file, _ = run_session_command(pytester, path, "--timeout=3")
-    cases = by_variant(case_records(results_file))
-    assert cases["empty_first"]["outcome"] == "pass", cases["empty_first"]
-    assert cases["empty_after_crash"]["outcome"] == "pass", cases["empty_after_crash"]
-
-
-def test_crash_output_and_where_it_happened_are_kept(pytester, session_env):
-    path = pytester.makepyfile(test_planted=PLANTED_HEADER + '''
+''' + ok_case("after_teardown_crash")
+CRASH_WITH_OUTPUT = '''
 def test_crash(case):
     print("about to read address zero", flush=True)
     ctypes.string_at(0)
-''')
-    result, results_file, _ = run_session_command(pytester, path)
-    record = by_variant(case_records(results_file))["crash"]
-    assert record["message"] == "Fatal Python error: Segmentation fault at test_planted.py:7 in test_crash"
-    assert "about to read address zero" in record["output_tail"]
-    assert record["case"] == "planted/crash" and record["family"] == "planted"
-    result.stdout.fnmatch_lines(["*FAILED*test_crash - Fatal Python error: Segmentation fault*"])
-
-
-def test_a_case_its_marks_skip_runs_in_the_worker_without_a_child(pytester, session_env):
-    # The skip condition writes the pid of the process that evaluates it: the worker decides, and
-    # a forked child, were there one, would evaluate it again under another pid.
-    pids = pytester.path / "pids"
-    path = pytester.makepyfile(test_planted=PLANTED_HEADER + f'''
+'''
+# The skip condition writes the pid of the process that evaluates it: the worker decides, and a
+# forked child, were there one, would evaluate it again under another pid.
+SKIPPED_BY_MARK = '''
 WORKER = os.getpid()  # collection runs in the worker
 
 
 def seen(name):
-    with open({str(pids)!r}, "a") as out:
-        out.write(f"{{name}} {{os.getpid()}} {{WORKER}}\\n")
+    with open(os.environ["PLANTED_PIDS"], "a") as out:
+        out.write(f"{name} {os.getpid()} {WORKER}\\n")
     return True
 
 
@@ -204,31 +164,115 @@ def test_skipped(case):
 
 def test_runs(case):
     seen("ran")
-''')
-    run_session_command(pytester, path)
-    outcomes = {n: r["outcome"]
-                for n, r in by_variant(case_records(path.parent / "results" / f"{SESSION.name}.jsonl")).items()}
-    assert outcomes == {"skipped": "skip", "runs": "pass"}, outcomes
-    lines = [line.split() for line in pids.read_text().splitlines()]
+'''
+ALREADY_IMPORTED = '''
+def test_already_imported(case):
+    assert "lightning.fabric.utilities.init" in sys.modules
+'''
+
+
+def planted_in_order(names: list[str]) -> list[str]:
+    return [ok_case(n) if n.startswith("ok") else fault_case(n, "segfault") for n in names]
+
+
+@pytest.fixture(scope="session")  # not "module": a worker may run other modules' tests between these
+def faults_session(tmp_path_factory) -> PlantedRun:
+    """One session on a file that holds every fault the tests below read (one run for all: a run's
+    start-up is paid once): each kind of fault between two plain cases, faults in a fixture and its
+    teardown, a crash after output, a case its marks skip, a case that needs the warm-up's imports,
+    and faults first, twice in a row and last."""
+    folder = tmp_path_factory.mktemp("faults-session")
+    parts = planted_in_order(ORDER_HEAD)
+    parts += [text for kind in sorted(FAULTS)
+              for text in (ok_case(f"before_{kind}"), fault_case(f"fault_{kind}", kind), ok_case(f"after_{kind}"))]
+    parts += [FIXTURE_FAULTS, CRASH_WITH_OUTPUT, SKIPPED_BY_MARK, ALREADY_IMPORTED, *planted_in_order(ORDER_TAIL)]
+    run = run_planted_file(folder, PLANTED_HEADER + "import sys\n\n\n" + "\n\n".join(parts), *LIMITS,
+                           tmp_path_factory=tmp_path_factory, env={"PLANTED_PIDS": str(folder / "pids")})
+    assert run.returncode == 1, run.output[-6000:]
+    return run
+
+
+IN_FAULTS_SESSION = pytest.mark.xdist_group("faults-session")  # one worker runs the one session
+
+
+@IN_FAULTS_SESSION
+@pytest.mark.parametrize("kind", sorted(FAULTS))
+def test_each_kind_of_fault_costs_its_case_alone(faults_session, kind):
+    cases = faults_session.cases
+    _, outcome, message = FAULTS[kind]
+    assert {n: cases[n]["outcome"] for n in (f"before_{kind}", f"fault_{kind}", f"after_{kind}")} == {
+        f"before_{kind}": "pass", f"fault_{kind}": outcome, f"after_{kind}": "pass"}
+    fault = cases[f"fault_{kind}"]
+    assert fault["message"].startswith(message), fault
+    if outcome == "timeout":
+        assert "test_planted.py:" in fault["message"]
+
+
+@IN_FAULTS_SESSION
+def test_faults_first_in_the_middle_twice_in_a_row_and_last(faults_session):
+    in_file = [node.name[len("test_"):] for node in ast.parse(faults_session.path.read_text()).body
+               if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+    assert in_file[:len(ORDER_HEAD)] == ORDER_HEAD and in_file[-len(ORDER_TAIL):] == ORDER_TAIL, in_file
+    recorded = [r["params"]["variant"] for r in case_records(faults_session.results_file)]
+    assert recorded == in_file  # the order of the file, as without faults
+    cases = faults_session.cases
+    assert {n: cases[n]["outcome"] for n in ORDER_HEAD + ORDER_TAIL} == {
+        n: "pass" if n.startswith("ok") else "crash" for n in ORDER_HEAD + ORDER_TAIL}
+
+
+@IN_FAULTS_SESSION
+def test_faults_in_a_fixture_and_its_teardown(faults_session):
+    cases = faults_session.cases
+    names = ("setup_crash", "between", "teardown_crash", "after_teardown_crash")
+    assert {n: cases[n]["outcome"] for n in names} == dict(zip(names, ("crash", "pass", "crash", "pass"), strict=True))
+    assert cases["setup_crash"]["message"].startswith("Fatal Python error: Aborted at test_planted.py")
+    assert "in crashes_on_setup" in cases["setup_crash"]["message"]
+    assert "in crashes_on_teardown" in cases["teardown_crash"]["message"]
+    assert cases["teardown_crash"]["metrics"]["graphs"] == 1  # what the case did before it died
+
+
+@IN_FAULTS_SESSION
+def test_crash_output_and_where_it_happened_are_kept(faults_session):
+    lines = faults_session.path.read_text().splitlines()
+    line = lines.index("def test_crash(case):") + 3  # the crash, the function's third line (numbered from 1)
+    assert lines[line - 1].strip() == "ctypes.string_at(0)"
+    record = faults_session.cases["crash"]
+    assert record["message"] == f"Fatal Python error: Segmentation fault at test_planted.py:{line} in test_crash"
+    assert "about to read address zero" in record["output_tail"]
+    assert record["case"] == "planted/crash" and record["family"] == "planted"
+    summary = fnmatch.filter(faults_session.output.splitlines(), "*FAILED*test_crash - Fatal Python error: Segm*")
+    assert summary, faults_session.output[-3000:]
+
+
+@IN_FAULTS_SESSION
+def test_a_case_its_marks_skip_runs_in_the_worker_without_a_child(faults_session):
+    cases = faults_session.cases
+    assert {n: cases[n]["outcome"] for n in ("skipped", "runs")} == {"skipped": "skip", "runs": "pass"}
+    lines = [line.split() for line in (faults_session.path.parent / "pids").read_text().splitlines()]
     assert {pid == worker for name, pid, worker in lines if name == "skipped"} == {True}, lines
     assert {pid == worker for name, pid, worker in lines if name == "ran"} == {False}, lines  # forked
 
 
-def test_the_warm_up_imports_what_the_cases_need(pytester, session_env):
+@IN_FAULTS_SESSION
+def test_the_warm_up_imports_what_the_cases_need(faults_session):
     from harness.plugin.warmup import case_modules
 
     needed = case_modules()
     assert "lightning.fabric.utilities.init" in needed, needed  # cases/test_empty_init.py's need()
-    path = pytester.makepyfile(test_planted=PLANTED_HEADER + '''
-import sys
-
-
-def test_already_imported(case):
-    assert "lightning.fabric.utilities.init" in sys.modules
-''')
-    run_session_command(pytester, path)
-    record = by_variant(case_records(path.parent / "results" / f"{SESSION.name}.jsonl"))["already_imported"]
+    record = faults_session.cases["already_imported"]
     assert record["outcome"] == "pass", record["message"]
+
+
+def test_start_up_is_not_charged_to_the_first_case(pytester, session_env):
+    # A new worker imports torch, Dynamo and inductor before its first case's clock starts (about 4 s
+    # here); after a crash, the next case as well. A session of its own: its first case is the worker's.
+    path = pytester.makepyfile(test_planted=PLANTED_HEADER + "\n\n".join([
+        "def test_empty_first(case):\n    pass\n", fault_case("crash", "segfault"),
+        "def test_empty_after_crash(case):\n    pass\n"]))
+    _, results_file, _ = run_session_command(pytester, path, "--timeout=3")
+    cases = by_variant(case_records(results_file))
+    assert cases["empty_first"]["outcome"] == "pass", cases["empty_first"]
+    assert cases["empty_after_crash"]["outcome"] == "pass", cases["empty_after_crash"]
 
 
 # --- a real family, through nox ------------------------------------------------------------------
