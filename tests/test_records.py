@@ -34,6 +34,27 @@ def test_a_second_run_keeps_the_first_file(tmp_path):
 
 
 
+def test_a_file_that_cannot_be_made_again_leaves_the_writer_closed_once(tmp_path):
+    """The results directory removed mid-session and replaced by a file: the writer cannot make its file
+    again, says so, and is closed; its close() then closes nothing else (the descriptor number it had may
+    belong to another file by then)."""
+    results = tmp_path / "results"
+    writer = resultsfile.ResultsWriter(results / "s.jsonl")
+    writer.write(ENV)
+    shutil.rmtree(results)
+    results.write_text("not a directory")
+    with pytest.raises(records.ResultsError, match="cannot write results to"):
+        writer.write(CASE)
+    other = os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT)  # the lowest free number: the writer's, were it closed
+    try:
+        writer.close()
+        os.fstat(other)  # still open
+    finally:
+        os.close(other)
+    with pytest.raises(ValueError, match="closed"):
+        writer.write(CASE)
+
+
 def test_schema_1_records_read_in_todays_form(tmp_path):
     """Schema 1 listed references in `upstream`, the matched one first; it stays readable."""
     path = tmp_path / "s.jsonl"

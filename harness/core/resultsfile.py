@@ -170,7 +170,10 @@ class ResultsWriter:
     def _remake(self) -> None:
         """The file (or its directory) was removed or replaced: made again with every line the session
         wrote, so that it still holds the whole session."""
-        os.close(self._open_fd)
+        # Closed before it is made again, and forgotten: where making it fails, the writer is closed, and
+        # close() must not close a number the system may since have given to another file.
+        fd, self._fd = self._open_fd, None
+        os.close(fd)
         self.remade += 1
         warn(f"{self.path} was removed or replaced during the session; written again from the "
               f"{len(self.lines)} records the session holds")
