@@ -8,7 +8,8 @@ deterministic algorithms, a pass-through TorchFunctionMode or TorchDispatchMode 
 cast to float64, without requires_grad (or on the CPU, from CUDA). Dynamo recompiles on its guards
 with inductor's and AOTAutograd's caches warm in memory, warm on disk (a first pass compiles every
 state; a second Python process, same cache directory, nothing in memory, runs the states again in
-reverse, served from the on-disk caches), or off.
+reverse, served from the on-disk caches: drawn for inductor, the one backend whose compiles are kept
+on disk), or off.
 
 The oracle, for every state of the sequence: what the recompiled function gives (outputs with their
 dtypes, gradients, inputs after the call, aliasing, side effects; a first and a second call) is what
@@ -31,7 +32,7 @@ from harness.plugin.properties import explore
 from programs.op_programs import check_op_program
 from programs.opcall import OpCall, op_calls
 from programs.opinfo import about, need_op_db
-from programs.recompile import RecompileOpProgram, recompile_op_programs
+from programs.recompile import RecompileOpProgram, caches_for, recompile_op_programs
 from shared_declarations import FULLGRAPH_REFUSES_GRAPH_BREAK
 
 NO_GPU = "no CUDA device: torch.cuda.is_available() is False"
@@ -73,6 +74,7 @@ def test_property_recompile_op(case, device, backend):
     # ambient states in turn, the caches warm in memory, on disk or off; fullgraph, dynamic shapes,
     # side effects, passed numbers and a second sample drawn too.
     need_op_db()
-    explore(case, "recompile_op", recompile_op_programs(OP_CALLS, device),
+    explore(case, "recompile_op", recompile_op_programs(OP_CALLS, device, backend),
             lambda program: check_op_program(case, program, backend), about=about(),
-            pinned=[dataclasses.replace(program, device=device) for program in PINNED_RECOMPILE_OP])
+            pinned=[dataclasses.replace(program, device=device) for program in PINNED_RECOMPILE_OP
+                    if program.cache in caches_for(backend)])

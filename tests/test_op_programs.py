@@ -143,3 +143,32 @@ def test_the_disk_caches_are_met_in_a_second_process_that_they_serve(capsys):
     with unittest.mock.patch("torch.compile", op_programs.without_compile):
         op_programs.run_script(program.script("inductor"))
     assert "no cache counted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_the_disk_mode_is_drawn_for_the_backend_that_keeps_compiles_on_disk(backend):
+    from hypothesis import given, settings
+
+    from programs.recompile import recompile_op_programs
+
+    drawn = set()
+
+    @settings(max_examples=40, database=None, derandomize=True, deadline=None)
+    @given(recompile_op_programs(opcall.op_calls(), "cpu", backend))
+    def draw(program):
+        drawn.add(program.cache)
+
+    draw()
+    assert drawn == ({"memory", "disk", "off"} if backend == "inductor" else {"memory", "off"}), drawn
+
+
+def test_a_disk_example_under_aot_eager_is_served_nothing_from_disk(capsys):
+    # Why the disk mode is drawn for inductor alone: AOTAutograd caches inductor's programs only, so the
+    # second process of an aot_eager (or eager) program compiles afresh. Were this torch to keep them, this
+    # fails, and the disk mode belongs to that backend's draws too (programs.recompile.caches_for).
+    from programs.recompile import RecompileOpProgram
+
+    program = RecompileOpProgram(opcall.OpCall("sin"), states=("no_grad", "none"), cache="disk")
+    torch._dynamo.reset()
+    op_programs.run_script(program.script("aot_eager"))
+    assert "the second process's compiles, by the caches: no cache counted" in capsys.readouterr().out
