@@ -94,6 +94,7 @@ IN_ONE_SESSION = pytest.mark.xdist_group("faulty-records-session")  # one worker
 
 @pytest.fixture(scope="session")  # not "module": a worker may run other modules' tests between these
 def faulty_records_session(tmp_path_factory) -> PlantedRun:
+    """One session on a file that holds each planted case above, then a plain case that must still pass."""
     folder = tmp_path_factory.mktemp("faulty-records-session")
     parts = [UNPRINTABLE_EXCEPTION, NOT_UTF8_OUTPUT, UNSENDABLE_REPORT, HUGE_MESSAGE, WRITES_FILES,
              DAEMON_HOLDS_THE_PIPE, REPLACES_WHAT_THE_HARNESS_SENDS_WITH, CONTROL_CHARACTERS, ok_case("after")]

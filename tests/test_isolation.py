@@ -100,7 +100,7 @@ class PlantedRun:
 def run_planted_file(folder: pathlib.Path, source: str, *args, tmp_path_factory, env=None) -> PlantedRun:
     """The session's pytest command on `source` (planted as `folder`/test_planted.py), one worker, the
     compile caches as tests/conftest.py's warm_compile_caches gives them: one run that many tests read
-    (a run's start-up, torch's imports and the warm-up, is about 25 s of CPU here)."""
+    (a run's start-up, torch's imports, the warm-up and the environment record, is about 10 s of CPU here)."""
     path = folder / "test_planted.py"
     path.write_text(source)
     command = sessions.pytest_args(SESSION, [str(path), *args, f"--results-dir={folder / 'results'}"])
