@@ -8,6 +8,7 @@ the sessions broken. The last test plants faults in a real family and runs `nox 
 import ast
 import dataclasses
 import fnmatch
+import functools
 import json
 import os
 import pathlib
@@ -52,10 +53,15 @@ def fault_case(name, kind):
     return f"def test_{name}(case):\n    {FAULTS[kind][0]}\n"
 
 
+def session_command(path, args, results, session=SESSION) -> list[str]:
+    """The session's pytest command on `path` (which narrows it to that file), its results in `results`."""
+    return sessions.pytest_args(session, [str(path), *args, f"--results-dir={results}"])
+
+
 def run_session_command(pytester, path, *args, session=SESSION):
-    """The session's pytest command on `path` (which narrows it to that file)."""
+    """The session's pytest command on `path`, run by pytester."""
     out = pytester.path / "results"
-    command = sessions.pytest_args(session, [str(path), *args, f"--results-dir={out}"])
+    command = session_command(path, args, out, session)
     start = time.monotonic()
     result = pytester.run(sys.executable, *command, timeout=900)
     return result, out / f"{session.name}.jsonl", time.monotonic() - start
@@ -92,9 +98,14 @@ class PlantedRun:
     results_file: pathlib.Path
     seconds: float
 
-    @property
+    @functools.cached_property
+    def records(self) -> list[dict]:
+        """Its case records, in the order written (read once: every test of the run reads them)."""
+        return case_records(self.results_file)
+
+    @functools.cached_property
     def cases(self) -> dict:
-        return by_variant(case_records(self.results_file))
+        return by_variant(self.records)
 
 
 def run_planted_file(folder: pathlib.Path, source: str, *args, tmp_path_factory, env=None) -> PlantedRun:
@@ -103,7 +114,7 @@ def run_planted_file(folder: pathlib.Path, source: str, *args, tmp_path_factory,
     (a run's start-up, torch's imports, the warm-up and the environment record, is about 10 s of CPU here)."""
     path = folder / "test_planted.py"
     path.write_text(source)
-    command = sessions.pytest_args(SESSION, [str(path), *args, f"--results-dir={folder / 'results'}"])
+    command = session_command(path, args, folder / "results")
     with warm_compile_caches(folder, tmp_path_factory) as caches:
         environ = {**os.environ, "HARNESS_WORKERS": "1", "PYTHONPATH": str(ROOT), sessions.SESSION_ENV: SESSION.name,
                    sessions.COMPILE_CACHES_ENV: str(caches), **(env or {})}
@@ -213,7 +224,7 @@ def test_faults_first_in_the_middle_twice_in_a_row_and_last(faults_session):
     in_file = [node.name[len("test_"):] for node in ast.parse(faults_session.path.read_text()).body
                if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
     assert in_file[:len(ORDER_HEAD)] == ORDER_HEAD and in_file[-len(ORDER_TAIL):] == ORDER_TAIL, in_file
-    recorded = [r["params"]["variant"] for r in case_records(faults_session.results_file)]
+    recorded = [r["params"]["variant"] for r in faults_session.records]
     assert recorded == in_file  # the order of the file, as without faults
     cases = faults_session.cases
     assert {n: cases[n]["outcome"] for n in ORDER_HEAD + ORDER_TAIL} == {
