@@ -187,6 +187,18 @@ def test_a_case_record_is_made_of_the_phase_data_a_report_carries():
     assert records.phase_of(type("Report", (), {"user_properties": [("other", {})]})) is None
 
 
+def test_every_extra_a_phase_reports_reaches_its_record_in_the_tables_key_order():
+    # PhaseExtras is the one list of them: a key added there is carried, with no second list to edit.
+    # The order is the one the committed results files were written in; changing it rewrites every
+    # record that holds two of them.
+    extras = {"log_cut": "1 byte", "log": "w.log", "workdir": "/w", "output_tail": "t", "leaked": ["p"],
+              "attempts": [{"outcome": "pass"}]}
+    assert set(extras) == set(records.PhaseExtras.__annotations__)
+    identity = {"case": "f/a[x]", "family": "f", "params": {}, "nodeid": "cases/test_f.py::test_a[x]"}
+    record = records.case_record(records.phase_data(identity, "call", "pass", **extras))
+    assert list(record)[-len(extras):] == ["attempts", "leaked", "output_tail", "workdir", "log", "log_cut"]
+
+
 # --- size bounds ---------------------------------------------------------------------------------
 
 def written_line(tmp_path, case: dict) -> str:

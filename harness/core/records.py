@@ -75,13 +75,13 @@ class EnvironmentRecord(TypedDict, total=False):
 
 class PhaseExtras(TypedDict, total=False):
     """What a phase may report beside its outcome (phase_data's other keywords), and its case record
-    carries on (OPTIONAL_CASE_KEYS)."""
-    output_tail: str
-    log: str  # the worker log that holds a text the record cut
-    log_cut: str  # how much of what the case printed its log no longer holds (harness.plugin.workerlog)
-    workdir: str
+    carries on (OPTIONAL_CASE_KEYS, in this order: a record's keys keep it)."""
     attempts: list
     leaked: list
+    output_tail: str
+    workdir: str
+    log: str  # the worker log that holds a text the record cut
+    log_cut: str  # how much of what the case printed its log no longer holds (harness.plugin.workerlog)
 
 
 class CaseRecord(PhaseExtras, total=False):
@@ -117,7 +117,9 @@ class EndRecord(TypedDict, total=False):
 
 
 CASE_KEYS = ("case", "family", "params", "outcome", "exc_type", "message", "reference", "declared")
-OPTIONAL_CASE_KEYS = ("attempts", "leaked", "output_tail", "reused_from", "workdir", "log", "log_cut")
+# A case record's keys beyond CASE_KEYS, when set: what its phase reported, and what a later run that
+# carried it over added (harness.plugin.reuse).
+OPTIONAL_CASE_KEYS = (*PhaseExtras.__annotations__, "reused_from")
 PHASE_PROPERTY = "harness"  # the name of a phase's data among the user_properties of pytest's report
 
 
