@@ -1,5 +1,5 @@
 """Nox sessions generated from the matrix table in harness/core/matrix.toml; what a session does is
-harness.core.sessions (its pytest command) and harness.core.venvs (its environment).
+harness.core.pytestrun (its pytest command) and harness.core.venvs (its environment).
 
     nox                      the main job: the newest torch on CPU
     nox -l                   every session, one line each (* marks the one plain `nox` runs)
@@ -24,7 +24,7 @@ import nox
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # nox does not put it there
 
-from harness.core import installs, limits, matrix, runsession, sessions, venvs  # noqa: E402
+from harness.core import installs, limits, matrix, pytestrun, runsession, venvs  # noqa: E402
 from harness.core.errors import BadInput  # noqa: E402
 
 nox.needs_version = ">=2025.2.9"
@@ -103,7 +103,7 @@ def tests(session: nox.Session) -> None:
 
     pytest arguments narrow it (`-- tests/test_x.py -k y`, `-n 1`)."""
     args = list(session.posargs)
-    missing = sessions.missing_files(args)
+    missing = pytestrun.missing_files(args)
     if missing:  # before any install; and under pytest-xdist, pytest's own "not found" error is lost
         session.error(f"no such test file: {missing[0]}")
     wheel = venvs.torch_wheel(DEFAULT_SESSION)  # the main job's torch build, chosen as its session chooses
@@ -117,7 +117,7 @@ def tests(session: nox.Session) -> None:
     # ... and every test's time, in a JUnit file beside the tests venv, to sum by file or by fixture.
     junit = [] if any(a.startswith(("--junitxml", "--junit-xml")) for a in args) else \
         [f"--junitxml={os.path.join(session.virtualenv.location, 'suite-junit.xml')}"]
-    session.run("python", "-m", "pytest", *([] if sessions.targets_in(args) else ["tests/"]), *spread, *durations,
+    session.run("python", "-m", "pytest", *([] if pytestrun.targets_in(args) else ["tests/"]), *spread, *durations,
                 *junit, *args)
     # What a fresh clone's `nox` would measure again: reported here, never a failure of the suite.
     session.run("python", "-m", "harness", "stale")

@@ -27,7 +27,7 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout, for `harness`
 
-from harness.core import matrix, sessions, venvs  # noqa: E402
+from harness.core import matrix, pytestrun, venvs  # noqa: E402
 
 PROGRAM = """
 import torch
@@ -76,7 +76,7 @@ print(json.dumps(times))
 
 def measure(python: pathlib.Path, mode: str, cases: int, op_db: bool) -> list[float]:
     with tempfile.TemporaryDirectory(prefix=f"case-process-{mode}-") as cache:
-        env = sessions.clean_env(TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=cache)
+        env = pytestrun.clean_env(TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=cache)
         done = subprocess.run([str(python), "-c", MEASURE.format(program=PROGRAM, op_db=OP_DB), mode, str(cases),
                                "1" if op_db else "0"], capture_output=True, text=True, env=env)
     if done.returncode != 0:

@@ -33,7 +33,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout, for `harness`
 
-from harness.core import matrix, paths, records, sessions, venvs  # noqa: E402
+from harness.core import matrix, paths, pytestrun, records, venvs  # noqa: E402
 
 # Loaded with `-p cold_case_probe` in the worker: its call hook runs in the case's own (forked) process.
 PROBE = r'''
@@ -91,7 +91,7 @@ def chosen_cases(spec: matrix.Session, count: int, narrow: str | None) -> list[d
 
 def import_seconds(python: pathlib.Path, bytecode: bool) -> float:
     with tempfile.TemporaryDirectory(prefix="cold-case-pycache-") as empty:
-        env = sessions.clean_env(**({} if bytecode else {"PYTHONPYCACHEPREFIX": empty}))
+        env = pytestrun.clean_env(**({} if bytecode else {"PYTHONPYCACHEPREFIX": empty}))
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         started = time.perf_counter()
         subprocess.run([str(python), "-c", "import torch, lightning"], env=env, check=True, capture_output=True)
@@ -126,11 +126,11 @@ def main() -> None:
         scratch = pathlib.Path(scratch)
         (scratch / "cold_case_probe.py").write_text(PROBE)
         out = scratch / "probe.jsonl"
-        workers = sessions.Workers(1, "benchmarks/cold_case.py: one worker, so that cases do not share the CPU")
-        env = {**sessions.clean_env(), **sessions.run_env(spec, scratch / "venv-caches", workers),
-               sessions.COMPILE_CACHES_ENV: str(scratch / "compile-caches"), "COLD_CASE_PROBE_OUT": str(out)}
+        workers = pytestrun.Workers(1, "benchmarks/cold_case.py: one worker, so that cases do not share the CPU")
+        env = {**pytestrun.clean_env(), **pytestrun.run_env(spec, scratch / "venv-caches", workers),
+               pytestrun.COMPILE_CACHES_ENV: str(scratch / "compile-caches"), "COLD_CASE_PROBE_OUT": str(out)}
         env["PYTHONPATH"] += os.pathsep + str(scratch)  # where the probe plugin is
-        command = [str(python), *sessions.pytest_args(spec, [*[c["nodeid"] for c in cases], "-p", "cold_case_probe",
+        command = [str(python), *pytestrun.pytest_args(spec, [*[c["nodeid"] for c in cases], "-p", "cold_case_probe",
                                                              f"--results-dir={scratch / 'results'}",
                                                              "--session-name=cold-case", "-q"], workers)]
         started = time.perf_counter()

@@ -10,7 +10,7 @@ Parts:
   session   the session's wall time through nox: cold (new venv dir, empty compile caches) and warm
             (the same command again: venv reused, inductor cache filled); then time per family
   overhead  in the session's venv (built if missing), the session's own pytest command (xdist
-            worker, time and memory limits, reruns, torch state reset; harness.core.sessions, as the
+            worker, time and memory limits, reruns, torch state reset; harness.core.pytestrun, as the
             noxfile runs it) against plain `pytest cases/` with the same selection and caches,
             alternated --rounds times; the median of each
   isolation the session's own pytest command, every case forked from the warm worker (the default)
@@ -44,7 +44,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout, for `harness`
 
-from harness.core import installs, matrix, paths, records, sessions, timings, venvs  # noqa: E402
+from harness.core import installs, matrix, paths, pytestrun, records, timings, venvs  # noqa: E402
 from harness.core.paths import ROOT  # noqa: E402
 
 
@@ -131,9 +131,9 @@ def session_runs(spec, work: pathlib.Path, select: list[str]) -> dict:
 
 def overhead(spec, work: pathlib.Path, select: list[str], rounds: int) -> dict:
     python = str(venvs.ensure_venv(spec.name))
-    env = {**sessions.run_env(spec, venvs.venv_dir(spec.name)), paths.RESULTS_ENV: str(work / "overhead")}
+    env = {**pytestrun.run_env(spec, venvs.venv_dir(spec.name)), paths.RESULTS_ENV: str(work / "overhead")}
     plain = [python, "-m", "pytest", "cases/", "-q", "-p", "no:cacheprovider", *select]
-    harness = [python, *sessions.pytest_args(spec, ["-q", "-p", "no:cacheprovider", *select])]
+    harness = [python, *pytestrun.pytest_args(spec, ["-q", "-p", "no:cacheprovider", *select])]
     timed(plain, env)  # fills the compile caches both runs below read
     figures = {"plain pytest cases/": [], "session's pytest command": []}
     for _ in range(rounds):  # alternate: drift of the machine hits both alike
@@ -154,8 +154,8 @@ def isolation_cost(spec, work: pathlib.Path, select: list[str], rounds: int) -> 
     for number in range(rounds):
         for mode in figures:
             caches = work / f"isolation-{mode}-{number}"
-            env = {**sessions.run_env(spec, caches), paths.RESULTS_ENV: str(caches / "results")}
-            command = [python, *sessions.pytest_args(spec, ["-q", "-p", "no:cacheprovider", *select,
+            env = {**pytestrun.run_env(spec, caches), paths.RESULTS_ENV: str(caches / "results")}
+            command = [python, *pytestrun.pytest_args(spec, ["-q", "-p", "no:cacheprovider", *select,
                                                             f"--isolation={mode}"])]
             figures[mode].append(timed(command, env))
     medians = {mode: statistics.median(values) for mode, values in figures.items()}
@@ -181,7 +181,7 @@ def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str, 
         return seconds
 
     for name in names:  # cold: inductor and Triton compile afresh
-        shutil.rmtree(sessions.compile_caches(venvs.venv_dir(name)), ignore_errors=True)
+        shutil.rmtree(pytestrun.compile_caches(venvs.venv_dir(name)), ignore_errors=True)
     figures = {}
     print("  matrix cold (every case afresh, empty compile caches):", flush=True)
     figures["cold"] = run_all(ROOT, results, "--fresh")
@@ -214,7 +214,7 @@ def matrix_runs(work: pathlib.Path, results: pathlib.Path, changed_family: str, 
 
 
 def _nox_session(spec, results: pathlib.Path, *args, workers: str | None = None) -> float:
-    env = {paths.RESULTS_ENV: str(results), sessions.WORKERS_ENV: workers or ""}
+    env = {paths.RESULTS_ENV: str(results), pytestrun.WORKERS_ENV: workers or ""}
     return timed([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"), "-s", spec.name, "--envdir",
                   str(ROOT / ".nox"), *(["--", *args] if args else [])], env=env)
 
@@ -222,10 +222,10 @@ def _nox_session(spec, results: pathlib.Path, *args, workers: str | None = None)
 def worker_counts(spec, work: pathlib.Path) -> dict:
     """The session cold at 1 worker and at the count chosen here; outcomes compared cell for cell."""
     venvs.ensure_venv(spec.name)
-    chosen = sessions.choose_workers(spec) if not os.environ.get(sessions.WORKERS_ENV) else None
+    chosen = pytestrun.choose_workers(spec) if not os.environ.get(pytestrun.WORKERS_ENV) else None
     figures = {"chosen": chosen and chosen.basis}
     for label, count in (("1", "1"), ("chosen", None)):
-        shutil.rmtree(sessions.compile_caches(venvs.venv_dir(spec.name)), ignore_errors=True)
+        shutil.rmtree(pytestrun.compile_caches(venvs.venv_dir(spec.name)), ignore_errors=True)
         results = work / f"workers-{label}"
         figures[f"wall {label}"] = _nox_session(spec, results, "--fresh", workers=count)
         figures[f"pytest {label}"] = timings.read(results / f"{spec.name}.jsonl").get("seconds")

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from harness.core.paths import ROOT
-from harness.core.sessions import COMPILE_CACHES_ENV
+from harness.core.pytestrun import COMPILE_CACHES_ENV
 from harness.plugin.compilecaches import BUILDS
 
 # Python keeps compiled bytecode beside a module unless told not to, and some machines tell it not to

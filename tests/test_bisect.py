@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness.core import matrix, sessions, venvs, versions
+from harness.core import matrix, pytestrun, venvs, versions
 from harness.core.errors import BadInput
 from harness.tools import bisect, lightning_releases
 from harness.tools import targets as bisect_targets
@@ -21,8 +21,8 @@ CASE = "checkpoint/plain_checkpoint[cpu-aot_eager-fullgraph]"
 
 def harness(*args, timeout=1800):
     return subprocess.run([sys.executable, "-m", "harness", "bisect", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=sessions.clean_env(**{  # this test's own compile caches
-                              sessions.COMPILE_CACHES_ENV: os.environ[sessions.COMPILE_CACHES_ENV]}))
+                          text=True, timeout=timeout, env=pytestrun.clean_env(**{  # this test's own compile caches
+                              pytestrun.COMPILE_CACHES_ENV: os.environ[pytestrun.COMPILE_CACHES_ENV]}))
 
 
 def test_version_ranges_compare_as_many_parts_as_given():

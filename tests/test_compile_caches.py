@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from harness.core import records, sessions, venvs
+from harness.core import pytestrun, records, venvs
 from harness.plugin.compilecaches import CaseCaches
 from tests.conftest import CHECKOUT_VENVS, ROOT, project_with_families, run_nox
 from tests.test_isolation import SESSION, by_variant, case_records, run_session_command
@@ -126,7 +126,7 @@ print(torch.compile(triple, backend="inductor")(torch.ones(4)).tolist())
 
 
 def served_from(cache_dir) -> list:
-    env = sessions.clean_env(TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
+    env = pytestrun.clean_env(TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
     done = subprocess.run([sys.executable, "-c", SERVED], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -134,9 +134,9 @@ def served_from(cache_dir) -> list:
 
 def test_two_cases_cannot_communicate_through_a_compile_cache(pytester, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    monkeypatch.setenv(sessions.SESSION_ENV, SESSION.name)
+    monkeypatch.setenv(pytestrun.SESSION_ENV, SESSION.name)
     caches = tmp_path / "compile-caches"
-    monkeypatch.setenv(sessions.COMPILE_CACHES_ENV, str(caches))
+    monkeypatch.setenv(pytestrun.COMPILE_CACHES_ENV, str(caches))
     planted = pytester.makepyfile(test_cache_plant=PLANTED)
     result, path, _ = run_session_command(pytester, planted, "--timeout=300")
     cases = by_variant(case_records(path))
@@ -178,7 +178,7 @@ def test_two_cases_cannot_communicate_through_a_compile_cache(pytester, tmp_path
 
 def test_the_cache_directories_a_case_resolves_are_its_own(tmp_path, monkeypatch):
     """The link every compile resolves through is repointed in one step, and back after the case."""
-    monkeypatch.setenv(sessions.COMPILE_CACHES_ENV, str(tmp_path))
+    monkeypatch.setenv(pytestrun.COMPILE_CACHES_ENV, str(tmp_path))
     caches = CaseCaches(tmp_path, "gw0")
     caches.point_at(caches.warm_up)
     (caches.link / "inductor" / "prefix.h").write_text("warm-up")  # what torch 2.1 writes once per process
@@ -212,12 +212,12 @@ def test_two_runs_of_one_venv_at_once_each_keep_their_cases_caches_where_their_c
     each names its own $HARNESS_COMPILE_CACHES, and each case compiles there, not into the venv's
     caches, whose worker link the two runs would otherwise point at each other's cases."""
     project = project_with_families(tmp_path / "project", {"caches_apart": TWO_AT_ONCE})
-    venv_caches = CaseCaches(sessions.compile_caches(venvs.venv_dir(SESSION.name, ROOT / ".nox")), "main")
+    venv_caches = CaseCaches(pytestrun.compile_caches(venvs.venv_dir(SESSION.name, ROOT / ".nox")), "main")
 
     def run(name):
         results, caches = tmp_path / name / "results", tmp_path / name / "compile-caches"
         done = run_nox(project, "-s", SESSION.name, "--", "-k", "inductor", results=results,
-                       env={sessions.COMPILE_CACHES_ENV: str(caches)})
+                       env={pytestrun.COMPILE_CACHES_ENV: str(caches)})
         return done, results, caches
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:

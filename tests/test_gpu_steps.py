@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness.core import matrix, paths, records, sessions
+from harness.core import matrix, paths, pytestrun, records
 from harness.tools.gpu import preflight, wheels
 from tests import standin_gpu
 from tests.conftest import ROOT
@@ -27,7 +27,7 @@ GPU = [sys.executable, "-m", "harness", "gpu"]
 
 def step_environment(env=None) -> dict:
     """This one, less what the suite's session sets (a step chooses its runs' workers), then `env`."""
-    environ = {k: v for k, v in os.environ.items() if k not in (sessions.SESSION_ENV, sessions.WORKERS_ENV)}
+    environ = {k: v for k, v in os.environ.items() if k not in (pytestrun.SESSION_ENV, pytestrun.WORKERS_ENV)}
     return {**environ, **(env or {})}
 
 

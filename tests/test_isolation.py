@@ -1,6 +1,6 @@
 """A fault costs its case alone, in the command the sessions run (real xdist workers, real torch).
 
-Every run here uses `harness.core.sessions.pytest_args`, the function the noxfile builds each session's
+Every run here uses `harness.core.pytestrun.pytest_args`, the function the noxfile builds each session's
 pytest command with, so that a change of scheduling or options cannot leave these tests green and
 the sessions broken. The last test plants faults in a real family and runs `nox -s SESSION`.
 """
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from harness.core import matrix, paths, records, sessions
+from harness.core import matrix, paths, pytestrun, records
 from tests.conftest import CHECKOUT_VENVS, ROOT, copy_project, run_nox, warm_compile_caches
 
 SESSION = matrix.main_session()  # what the tests venv holds
@@ -55,7 +55,7 @@ def fault_case(name, kind):
 
 def session_command(path, args, results, session=SESSION) -> list[str]:
     """The session's pytest command on `path` (which narrows it to that file), its results in `results`."""
-    return sessions.pytest_args(session, [str(path), *args, f"--results-dir={results}"])
+    return pytestrun.pytest_args(session, [str(path), *args, f"--results-dir={results}"])
 
 
 def run_session_command(pytester, path, *args, session=SESSION):
@@ -116,8 +116,8 @@ def run_planted_file(folder: pathlib.Path, source: str, *args, tmp_path_factory,
     path.write_text(source)
     command = session_command(path, args, folder / "results")
     with warm_compile_caches(folder, tmp_path_factory) as caches:
-        environ = {**os.environ, "HARNESS_WORKERS": "1", "PYTHONPATH": str(ROOT), sessions.SESSION_ENV: SESSION.name,
-                   sessions.COMPILE_CACHES_ENV: str(caches), **(env or {})}
+        environ = {**os.environ, "HARNESS_WORKERS": "1", "PYTHONPATH": str(ROOT), pytestrun.SESSION_ENV: SESSION.name,
+                   pytestrun.COMPILE_CACHES_ENV: str(caches), **(env or {})}
         start = time.monotonic()
         done = subprocess.run([sys.executable, *command], cwd=folder, env=environ, capture_output=True, text=True,
                               timeout=900)

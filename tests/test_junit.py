@@ -3,7 +3,7 @@
 import sys
 import xml.etree.ElementTree as ElementTree
 
-from harness.core import matrix, records, sessions
+from harness.core import matrix, pytestrun, records
 from harness.core.outcomes import OUTCOMES
 from harness.plugin import junit
 from tests.conftest import ROOT
@@ -40,7 +40,7 @@ def test_each_session_writes_junit_beside_its_results(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     path = pytester.makepyfile(test_family=FAMILY)
     out = pytester.path / "results"
-    command = sessions.pytest_args(matrix.main_session(), [str(path), f"--results-dir={out}",
+    command = pytestrun.pytest_args(matrix.main_session(), [str(path), f"--results-dir={out}",
                                                                   "--session-name=s"])
     pytester.run(sys.executable, *command, timeout=600)
     suite = ElementTree.parse(out / "s.xml").getroot().find("testsuite")

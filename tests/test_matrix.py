@@ -1,7 +1,7 @@
 import pytest
 from packaging.version import Version
 
-from harness.core import matrix, sessions
+from harness.core import matrix, pytestrun
 from harness.tools import lightning_releases
 
 SESSIONS = matrix.load()
@@ -98,11 +98,11 @@ def test_a_row_declares_the_environment_its_cases_run_with(tmp_path):
     path = tmp_path / "matrix.toml"
     path.write_text(ROW + 'env = { TORCHINDUCTOR_FX_GRAPH_CACHE = "1" }\n')
     (declared,) = matrix.load(path)
-    assert sessions.run_env(declared, tmp_path, sessions.Workers(1, ""))["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "1"
+    assert pytestrun.run_env(declared, tmp_path, pytestrun.Workers(1, ""))["TORCHINDUCTOR_FX_GRAPH_CACHE"] == "1"
     path.write_text(ROW)
     (plain,) = matrix.load(path)
     assert not any(key.startswith("TORCHINDUCTOR_")
-                   for key in sessions.run_env(plain, tmp_path, sessions.Workers(1, "")))
+                   for key in pytestrun.run_env(plain, tmp_path, pytestrun.Workers(1, "")))
 
 
 def test_adding_a_version_is_one_row(tmp_path):
@@ -148,10 +148,10 @@ def test_every_cpu_row_has_both_lightning_releases():
 
 
 def test_lightning_sessions_run_only_the_cases_that_use_lightning():
-    from harness.core import sessions
+    from harness.core import pytestrun
 
-    assert "--lightning-cases" in sessions.case_options(matrix.find("cpu_torch25_lightning_newest", SESSIONS))
-    assert "--lightning-cases" not in sessions.case_options(matrix.find("cpu_torch25", SESSIONS))
+    assert "--lightning-cases" in pytestrun.case_options(matrix.find("cpu_torch25_lightning_newest", SESSIONS))
+    assert "--lightning-cases" not in pytestrun.case_options(matrix.find("cpu_torch25", SESSIONS))
 
 
 def lightning_newest(*args):

@@ -6,14 +6,14 @@ import sys
 
 import pytest
 
-from harness.core import resultsfile, sessions
+from harness.core import pytestrun, resultsfile
 from harness.tools import preflight
 from tests.conftest import ROOT
 
 
 def harness(*args, timeout=600):
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=sessions.clean_env())
+                          timeout=timeout, env=pytestrun.clean_env())
 
 
 @pytest.mark.parametrize("command", [

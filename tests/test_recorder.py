@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness.core import matrix, records, sessions
+from harness.core import matrix, pytestrun, records
 from harness.report import render
 from tests.conftest import ROOT
 
@@ -29,7 +29,7 @@ def test_hangs(case):
     time.sleep(600)
 ''')
     out = tmp_path / "results"
-    command = sessions.pytest_args(SESSION, [str(pytester.path), f"--results-dir={out}", "--session-name=killed"])
+    command = pytestrun.pytest_args(SESSION, [str(pytester.path), f"--results-dir={out}", "--session-name=killed"])
     process = subprocess.Popen(
         [sys.executable, *command], cwd=pytester.path, env={**os.environ, "PYTHONPATH": str(ROOT)},
         start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -66,7 +66,7 @@ def test_unknown_case_is_an_error_and_keeps_earlier_results(pytester, tmp_path, 
     earlier_logs = out / "logs" / "s" / "20261126T010000-1"
     earlier_logs.mkdir(parents=True)
     (earlier_logs / "gw0.log").write_text("printed")
-    command = sessions.pytest_args(SESSION, ["test_family.py::test_aftr", f"--results-dir={out}",
+    command = pytestrun.pytest_args(SESSION, ["test_family.py::test_aftr", f"--results-dir={out}",
                                              "--session-name=s"])
     result = pytester.run(sys.executable, *command, timeout=300)
     assert result.ret == pytest.ExitCode.USAGE_ERROR

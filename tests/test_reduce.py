@@ -10,7 +10,7 @@ import traceback
 
 import pytest
 
-from harness.core import matrix, sessions
+from harness.core import matrix, pytestrun
 from harness.tools import scriptrun
 from harness.tools.reduce import command as reduce
 from harness.tools.reduce import tensors as reduce_tensors
@@ -201,7 +201,7 @@ def _reduce_script(tmp_path, source, *extra):
     out = tmp_path / "reduced.py"
     done = subprocess.run([sys.executable, "-m", "harness", "reduce", "--script", str(script), "--session",
                            matrix.main_session().name, "--no-build", "--out", str(out), *extra], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800, env=sessions.clean_env())
+                          capture_output=True, text=True, timeout=1800, env=pytestrun.clean_env())
     return done, script, out
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from harness.core import matrix, records, resultsfile, sessions
+from harness.core import matrix, pytestrun, records, resultsfile
 from harness.core.outcomes import OUTCOMES
 from harness.tools.repro import collector, op_example
 from harness.tools.repro import command as repro
@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 
 def harness(*args, timeout=900, **env):
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=sessions.clean_env(**env))
+                          timeout=timeout, env=pytestrun.clean_env(**env))
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +66,9 @@ def test_scripts_print_the_outcome_the_matrix_records(collected, tmp_path):
     results = tmp_path / "results"
     nodeids = [collected[c]["nodeid"] for c in picks]
     spec = matrix.main_session()  # the tests venv's pins: its scripts run in this interpreter
-    subprocess.run([sys.executable, *sessions.pytest_args(spec, [*nodeids, "-q", f"--results-dir={results}",
+    subprocess.run([sys.executable, *pytestrun.pytest_args(spec, [*nodeids, "-q", f"--results-dir={results}",
                                                                  "--session-name=probe"])],
-                   cwd=ROOT, capture_output=True, text=True, timeout=1800, env=sessions.clean_env())
+                   cwd=ROOT, capture_output=True, text=True, timeout=1800, env=pytestrun.clean_env())
     found = {r["case"]: r for r in records.read(results / "probe.jsonl") if r["kind"] == "case"}
     recorded = {case_id: record["outcome"] for case_id, record in found.items()}
     for case_id in picks:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from harness.core import limits, matrix, paths, records, sessions
+from harness.core import limits, matrix, paths, pytestrun, records
 from tests.conftest import ROOT
 from tests.test_isolation import case_records, run_session_command, session_env  # noqa: F401 (a fixture, used by name)
 
@@ -23,7 +23,7 @@ H100 = ("#!/bin/sh\ncase \"$*\" in\n  *memory.total*) echo 81559 ;;\n"
 
 
 def harness_run(*args, results, env=None):
-    environ = {k: v for k, v in os.environ.items() if k not in (sessions.SESSION_ENV, sessions.WORKERS_ENV)}
+    environ = {k: v for k, v in os.environ.items() if k not in (pytestrun.SESSION_ENV, pytestrun.WORKERS_ENV)}
     environ.update({paths.RESULTS_ENV: str(results), **(env or {})})
     return subprocess.run([sys.executable, "-m", "harness", "run", *args], cwd=ROOT, capture_output=True,
                           text=True, env=environ, timeout=1800)
@@ -48,8 +48,8 @@ def test_a_narrowed_run_here_writes_the_sessions_records_and_junit(tmp_path, mon
     back = records.read(paths.results_path(MAIN.name, tmp_path))
     environment, cases, end = back[0], [r for r in back if r["kind"] == "case"], back[-1]
     assert environment["identity"]["session"] == MAIN.name
-    monkeypatch.delenv(sessions.WORKERS_ENV, raising=False)
-    chosen = sessions.choose_workers(MAIN)  # as the machine allows, what the command chose without $HARNESS_WORKERS
+    monkeypatch.delenv(pytestrun.WORKERS_ENV, raising=False)
+    chosen = pytestrun.choose_workers(MAIN)  # as the machine allows, what the command chose without $HARNESS_WORKERS
     assert environment["workers"] == {"count": chosen.count, "basis": chosen.basis}
     assert {r["case"]: r["outcome"] for r in cases} == {
         "checkpoint/plain_checkpoint[cpu-inductor-fullgraph]": "pass",
@@ -61,7 +61,7 @@ def test_a_narrowed_run_here_writes_the_sessions_records_and_junit(tmp_path, mon
     ("cpu_torch99", {}, "error: unknown session 'cpu_torch99' (did you mean "),
     (OLDER.name, {}, f"error: environment does not match session {OLDER.name}: torch is {MAIN.torch}"),
     (CUDA.name, {}, f"error: session {CUDA.name} runs CUDA cases but this machine has no GPU"),
-    (MAIN.name, {sessions.WORKERS_ENV: "all"}, "error: $HARNESS_WORKERS is 'all': a number of workers, 1 or more"),
+    (MAIN.name, {pytestrun.WORKERS_ENV: "all"}, "error: $HARNESS_WORKERS is 'all': a number of workers, 1 or more"),
 ], ids=["unknown", "other_pins", "no_gpu", "bad_workers"])
 def test_bad_input_stops_with_one_line_and_keeps_the_results_there(tmp_path, session, env, says):
     earlier = paths.results_path(session, tmp_path)
@@ -77,20 +77,20 @@ def test_bad_input_stops_with_one_line_and_keeps_the_results_there(tmp_path, ses
 
 def test_a_cuda_sessions_workers_fit_its_gpu_and_cores(monkeypatch, fake_gpu_tools):
     monkeypatch.setenv("PATH", fake_gpu_tools)
-    monkeypatch.delenv(sessions.WORKERS_ENV, raising=False)
+    monkeypatch.delenv(pytestrun.WORKERS_ENV, raising=False)
     cores = os.cpu_count()
-    chosen = sessions.choose_workers(CUDA)
-    assert chosen == sessions.Workers(min(cores, 81559 // 1024 // sessions.GPU_GIB_PER_WORKER),
+    chosen = pytestrun.choose_workers(CUDA)
+    assert chosen == pytestrun.Workers(min(cores, 81559 // 1024 // pytestrun.GPU_GIB_PER_WORKER),
                                       f"{cores} cores, 80 GiB of GPU memory at 4 GiB a worker")
     memory = limits.machine_memory_gib()
-    assert sessions.choose_workers(MAIN) == sessions.Workers(  # a CPU session: cores and memory, as a CUDA one
-        max(1, min(cores, int(memory // sessions.CPU_GIB_PER_WORKER))),
-        f"{cores} cores, {memory:.0f} GiB of memory at {sessions.CPU_GIB_PER_WORKER} GiB a worker")
-    monkeypatch.setenv(sessions.WORKERS_ENV, "12")
-    assert sessions.choose_workers(CUDA) == sessions.Workers(12, "$HARNESS_WORKERS=12")
-    command = sessions.pytest_args(CUDA)
+    assert pytestrun.choose_workers(MAIN) == pytestrun.Workers(  # a CPU session: cores and memory, as a CUDA one
+        max(1, min(cores, int(memory // pytestrun.CPU_GIB_PER_WORKER))),
+        f"{cores} cores, {memory:.0f} GiB of memory at {pytestrun.CPU_GIB_PER_WORKER} GiB a worker")
+    monkeypatch.setenv(pytestrun.WORKERS_ENV, "12")
+    assert pytestrun.choose_workers(CUDA) == pytestrun.Workers(12, "$HARNESS_WORKERS=12")
+    command = pytestrun.pytest_args(CUDA)
     assert command[command.index("-n") + 1] == "12" and "--cuda-cases" in command
-    assert sessions.run_env(CUDA, "/venv")[sessions.WORKERS_BASIS_ENV] == "$HARNESS_WORKERS=12"
+    assert pytestrun.run_env(CUDA, "/venv")[pytestrun.WORKERS_BASIS_ENV] == "$HARNESS_WORKERS=12"
 
 
 DEVICES = """
@@ -112,7 +112,7 @@ def test_without_a_device(case):
 def test_a_cuda_session_runs_its_cuda_cells_only(pytester):
     path = pytester.makepyfile(test_devices=DEVICES)
     run_session_command(pytester, path, session=CUDA)  # its options; recorded as $HARNESS_SESSION
-    results_file = paths.results_path(os.environ[sessions.SESSION_ENV], pytester.path / "results")
+    results_file = paths.results_path(os.environ[pytestrun.SESSION_ENV], pytester.path / "results")
     assert [r["case"] for r in case_records(results_file)] == ["devices/on[cuda]"]
     assert json.loads(results_file.read_text().splitlines()[0])["workers"]["count"] == 1
 
@@ -123,7 +123,7 @@ def test_ctrl_c_stops_the_run_and_pytest_writes_its_end_record(tmp_path):
     import signal
     import time
 
-    environ = {k: v for k, v in os.environ.items() if k not in (sessions.SESSION_ENV, sessions.WORKERS_ENV)}
+    environ = {k: v for k, v in os.environ.items() if k not in (pytestrun.SESSION_ENV, pytestrun.WORKERS_ENV)}
     environ[paths.RESULTS_ENV] = str(tmp_path)
     run = subprocess.Popen([sys.executable, "-m", "harness", "run", MAIN.name], cwd=ROOT, env=environ,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

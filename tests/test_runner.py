@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from harness.core import matrix, records, sessions
+from harness.core import matrix, pytestrun, records
 from tests.conftest import ROOT
 
 SESSION = matrix.find("cpu_torch215")
@@ -48,9 +48,9 @@ def subprocess_env(pytester, monkeypatch, tmp_path, nested_compile_caches):
 
 
 def session_run(pytester, *args):
-    """The session's pytest command (harness.core.sessions, as the noxfile runs it) on the test dir."""
+    """The session's pytest command (harness.core.pytestrun, as the noxfile runs it) on the test dir."""
     out = pytester.path / "results"
-    command = sessions.pytest_args(SESSION, [str(pytester.path), *args, f"--results-dir={out}",
+    command = pytestrun.pytest_args(SESSION, [str(pytester.path), *args, f"--results-dir={out}",
                                              "--session-name=s"])
     return pytester.run(sys.executable, *command, timeout=600), out / "s.jsonl"
 

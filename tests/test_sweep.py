@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from harness.core import sessions
+from harness.core import pytestrun
 from tests.conftest import ROOT
 
 # A bug of torch 2.15 (the copy.copy case of cases/test_empty_init.py, written as a user would).
@@ -28,7 +28,7 @@ USER_SCRIPT = textwrap.dedent("""\
 
 def harness(*args, timeout=1800):
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=sessions.clean_env())
+                          timeout=timeout, env=pytestrun.clean_env())
 
 
 def test_sweep_runs_the_script_in_the_row_venv_and_writes_the_table(tmp_path):

@@ -7,7 +7,7 @@ machine or a container without a package registry). One sequence for both, so th
   3. its pins and tools checked (`python -m harness check-env`), in that environment
   4. the reuse plan (`python -m harness.plugin.reuse`): which families run, which records carry over;
      with pytest arguments, none (a narrowed run neither reuses nor is reused)
-  5. pytest, the session's own command (harness.core.sessions.pytest_args)
+  5. pytest, the session's own command (harness.core.pytestrun.pytest_args)
 
 Each step runs through `step(argv, env)`, which runs a command in that environment and raises when
 it fails (nox's session.run, or run_here's subprocess).
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from typing import Callable, Optional
 
-from harness.core import envcheck, limits, matrix, paths, sessions
+from harness.core import envcheck, limits, matrix, paths, pytestrun
 
 Step = Callable[[list, dict], object]
 
@@ -32,18 +32,19 @@ Step = Callable[[list, dict], object]
 def compile_caches_of(venv: os.PathLike, session: str | None = None) -> str:
     """Where a run's cases keep their compile caches (harness.plugin.compilecaches): the folder the caller
     names in $HARNESS_COMPILE_CACHES (a folder of `session`'s in it, for a run that goes through several
-    sessions' venvs: a bisection), else the venv's own (sessions.compile_caches). Two runs in one venv at
+    sessions' venvs: a bisection), else the venv's own (pytestrun.compile_caches). Two runs in one venv at
     once must not share one: each worker points a link in it at its case's caches, so a second run's
     worker would point the first run's link elsewhere (docs/isolation.md, "one run at a time")."""
-    chosen = os.environ.get(sessions.COMPILE_CACHES_ENV)
+    chosen = os.environ.get(pytestrun.COMPILE_CACHES_ENV)
     if not chosen:
-        return str(sessions.compile_caches(venv))
+        return str(pytestrun.compile_caches(venv))
     return os.path.join(chosen, session) if session else chosen
 
 
-def session_env(spec: matrix.Session, venv: os.PathLike, workers: sessions.Workers | None = None) -> dict:
-    """The environment of a session's pytest run (sessions.run_env), its compile caches where compile_caches_of says."""
-    return {**sessions.run_env(spec, venv, workers), sessions.COMPILE_CACHES_ENV: compile_caches_of(venv)}
+def session_env(spec: matrix.Session, venv: os.PathLike, workers: pytestrun.Workers | None = None) -> dict:
+    """The environment of a session's pytest run (pytestrun.run_env), with its compile caches where
+    compile_caches_of says."""
+    return {**pytestrun.run_env(spec, venv, workers), pytestrun.COMPILE_CACHES_ENV: compile_caches_of(venv)}
 
 
 class StepFailed(Exception):
@@ -62,26 +63,26 @@ def run(spec: matrix.Session, posargs, python: str, cache_root: os.PathLike, ste
         install: Optional[Callable[[], None]] = None) -> None:
     """The session's steps (above). Raises harness.core.errors.BadInput (the machine or the environment does not fit the
     session), CarriedFailures, or what `step` raises."""
-    collect = sessions.collect_only(posargs)
+    collect = pytestrun.collect_only(posargs)
     limits.case_timeout(spec.case_timeout)  # a bad $HARNESS_CASE_TIMEOUT, before anything is installed
-    sessions.check_args(posargs)
+    pytestrun.check_args(posargs)
     if not collect:
         envcheck.require_gpu(spec)
     if install is not None:
         install()
     step([python, "-m", "harness", "check-env", spec.name, *(["--no-gpu"] if collect else [])], {})
-    workers = sessions.choose_workers(spec)
+    workers = pytestrun.choose_workers(spec)
     env = session_env(spec, cache_root, workers)
-    args = [a for a in posargs if a != sessions.FRESH]
+    args = [a for a in posargs if a != pytestrun.FRESH]
     if args:
-        step([python, *sessions.pytest_args(spec, args, workers)], env)
+        step([python, *pytestrun.pytest_args(spec, args, workers)], env)
         return
     handle, name = tempfile.mkstemp(prefix=f"reuse-plan-{spec.name}-", suffix=".json")
     os.close(handle)
     plan = pathlib.Path(name)
     try:
         step([python, "-m", "harness.plugin.reuse", spec.name, "--plan", str(plan),
-              *(["--fresh"] if sessions.FRESH in posargs else [])], env)
+              *(["--fresh"] if pytestrun.FRESH in posargs else [])], env)
         if not plan.stat().st_size:
             return  # `nox --install-only`: nothing was run
         the_plan = json.loads(plan.read_text())
@@ -89,7 +90,7 @@ def run(spec: matrix.Session, posargs, python: str, cache_root: os.PathLike, ste
             if the_plan["exitstatus"]:
                 raise CarriedFailures("cases fail (their records were carried over from the last run)")
             return
-        step([python, *sessions.pytest_args(spec, [*the_plan["run"], f"--reuse-plan={plan}"], workers)], env)
+        step([python, *pytestrun.pytest_args(spec, [*the_plan["run"], f"--reuse-plan={plan}"], workers)], env)
     finally:
         plan.unlink(missing_ok=True)  # read by pytest's plugin while it runs, then no longer needed
 
@@ -100,7 +101,7 @@ def run_here(session: str, posargs) -> int:
     prefix), else in the temporary directory. pytest's exit status; BadInput (exit 2) for an unknown
     session, a machine without the GPU it needs, or an environment that does not match its pins."""
     spec = matrix.find(session)
-    sessions.choose_workers(spec)  # a bad $HARNESS_WORKERS, before anything runs
+    pytestrun.choose_workers(spec)  # a bad $HARNESS_WORKERS, before anything runs
     prefix = pathlib.Path(sys.prefix)
     cache_root = prefix if os.access(prefix, os.W_OK) else pathlib.Path(tempfile.gettempdir()) / f"harness-{spec.name}"
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join(

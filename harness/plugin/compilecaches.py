@@ -49,7 +49,7 @@ import shutil
 import tempfile
 import time
 
-from harness.core import sessions
+from harness.core import pytestrun
 
 CACHE_DIRS = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "TMPDIR": "tmp"}
 BUILDS = "builds"  # under the root: the C++ builds the cases share, in inductor's own layout (see above)
@@ -116,7 +116,7 @@ class CaseCaches:
     def install(cls, config, worker: str) -> "CaseCaches":
         """Before anything compiles in this process: the cache variables name the worker's link,
         which points at the warm-up's directory until a case starts."""
-        root = os.environ.get(sessions.COMPILE_CACHES_ENV) or config._tmp_path_factory.getbasetemp() / "compile-caches"
+        root = os.environ.get(pytestrun.COMPILE_CACHES_ENV) or config._tmp_path_factory.getbasetemp() / "compile-caches"
         caches = cls(root, worker)
         caches.point_at(caches.warm_up)
         for variable, name in CACHE_DIRS.items():

@@ -13,7 +13,7 @@ import sys
 
 from harness.core import matrix, paths, records, versions
 from harness.core.installs import install_environment, installed_torch_wheel
-from harness.core.sessions import COMPILE_CACHES_ENV, SESSION_ENV
+from harness.core.pytestrun import COMPILE_CACHES_ENV, SESSION_ENV
 
 
 def recorded_session(config) -> str:

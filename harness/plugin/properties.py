@@ -36,7 +36,7 @@ import hypothesis
 from hypothesis import HealthCheck, Phase
 
 from harness.core import outcomes, timings
-from harness.core.sessions import EXPLORE_ENV
+from harness.core.pytestrun import EXPLORE_ENV
 
 if sys.version_info < (3, 11):  # hypothesis depends on the backport there
     from exceptiongroup import ExceptionGroup

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from harness.core import caseid, matrix, outcomes, paths, records, resultsfile, timings
-from harness.core.sessions import WORKERS_BASIS_ENV
+from harness.core.pytestrun import WORKERS_BASIS_ENV
 from harness.plugin import gathering, junit, workerlog
 from harness.plugin.environment import recorded_session
 

@@ -1,7 +1,7 @@
 """Where a case's outcome changes across torch versions: `python -m harness bisect CASE_ID`.
 
 The case runs in the venv of a torch row's session as the matrix runs it (the session's own pytest
-command, harness.core.sessions, on the case's node id) and its outcome is read from the results file.
+command, harness.core.pytestrun, on the case's node id) and its outcome is read from the results file.
 Over N rows it runs the oldest and the newest, then halves the range between two versions whose
 outcomes differ: about log2(N)+1 runs where the outcome changes once. A row's venv is built only
 when the bisection needs that row (a built one near the middle is taken instead when there is one;
@@ -28,7 +28,7 @@ import dataclasses
 import sys
 import tempfile
 
-from harness.core import matrix, outputs, paths, records, runsession, sessions, venvs
+from harness.core import matrix, outputs, paths, pytestrun, records, runsession, venvs
 from harness.tools.repro import collector
 from harness.tools.targets import Target, environment, run_script, span, targets_of
 
@@ -44,14 +44,14 @@ def run_case(target: Target, nodeid: str, case_id: str) -> Result:
     """The case in the target's interpreter with the session's own pytest command."""
     spec = target.spec or next(s for s in reversed(matrix.load()) if s.device == "cpu" and not s.nightly)
     with tempfile.TemporaryDirectory(prefix="harness-bisect-") as tmp:
-        command = [str(target.python), *sessions.pytest_args(
+        command = [str(target.python), *pytestrun.pytest_args(
             spec, [nodeid, "-q", "-p", "no:cacheprovider", "--results-dir", tmp, "--session-name", target.session])]
         caches = {}
         if target.spec:
             venv = venvs.venv_of(target.python)
-            caches = {**sessions.case_cache_env(target.spec, venv),
-                      sessions.COMPILE_CACHES_ENV: runsession.compile_caches_of(venv, target.session)}
-        env = sessions.clean_env(**caches)
+            caches = {**pytestrun.case_cache_env(target.spec, venv),
+                      pytestrun.COMPILE_CACHES_ENV: runsession.compile_caches_of(venv, target.session)}
+        env = pytestrun.clean_env(**caches)
         code, printed = outputs.run(command, timeout=spec.case_timeout + 600, cwd=paths.ROOT, env=env)
         if code is None:
             return Result(target, "timeout", "no result in time")

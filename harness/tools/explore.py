@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from harness.core import matrix, paths, runsession, sessions, venvs
+from harness.core import matrix, paths, pytestrun, runsession, venvs
 from harness.core.errors import BadInput
 
 
@@ -19,8 +19,8 @@ def command(session: str | None, examples: int, pytest_args: list[str]) -> int:
         raise BadInput(f"--examples wants a positive number of examples, not {examples}")
     python = venvs.ensure_venv(spec.name)
     assert python is not None  # ensure_venv builds the venv or raises
-    env = {**os.environ, **runsession.session_env(spec, venvs.venv_of(python)), sessions.EXPLORE_ENV: str(examples)}
+    env = {**os.environ, **runsession.session_env(spec, venvs.venv_of(python)), pytestrun.EXPLORE_ENV: str(examples)}
     select = [] if "-k" in pytest_args else ["-k", "property"]
     explored = paths.results_subdir(paths.EXPLORE)  # apart from the table's records
-    argv = [str(python), *sessions.pytest_args(spec, [*select, "--results-dir", str(explored), *pytest_args])]
+    argv = [str(python), *pytestrun.pytest_args(spec, [*select, "--results-dir", str(explored), *pytest_args])]
     return subprocess.run(argv, cwd=paths.ROOT, env=env).returncode

@@ -27,7 +27,7 @@ import tempfile
 import time
 from typing import IO, cast
 
-from harness.core import limits, outcomes, outputs, sessions
+from harness.core import limits, outcomes, outputs, pytestrun
 from harness.core.venvs import SessionError
 
 DEFAULT_TIMEOUT = float(limits.DEFAULT_TIME_LIMIT)
@@ -175,11 +175,11 @@ def run(python: os.PathLike, script: os.PathLike, timeout: float = DEFAULT_TIMEO
         cache_dir: os.PathLike | None = None, without_compile: bool = False,
         blocked: tuple[str, ...] = ()) -> ScriptRun:
     """Run `script` with `python` from an empty directory and classify the run. `cache_dir`: the
-    session venv whose compile caches (harness.core.sessions.script_cache_env) the run shares;
+    session venv whose compile caches (harness.core.pytestrun.script_cache_env) the run shares;
     `without_compile`: torch.compile replaced by the identity (WITHOUT_COMPILE); `blocked`: modules
     the script cannot import, run in isolated mode (FRESH_WITH_BLOCKED)."""
     script = pathlib.Path(script).resolve()
-    env = sessions.clean_env(**(sessions.script_cache_env(cache_dir) if cache_dir else {}))
+    env = pytestrun.clean_env(**(pytestrun.script_cache_env(cache_dir) if cache_dir else {}))
     env.pop("PYTHONPATH", None)  # a user's script runs as a user runs it: the harness is not on its path
     env["PYTHONFAULTHANDLER"] = "1"  # a crash in native code prints where it happened
     started = time.monotonic()
@@ -289,7 +289,7 @@ class WarmRunner:
         self.python, self.cache_dir = python, cache_dir
         self.memory = memory_limit_bytes(memory_limit)
         self.workdir = tempfile.TemporaryDirectory(prefix="harness-warm-")
-        env = sessions.clean_env(**(sessions.script_cache_env(cache_dir) if cache_dir else {}),
+        env = pytestrun.clean_env(**(pytestrun.script_cache_env(cache_dir) if cache_dir else {}),
                               TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONFAULTHANDLER="1",
                               HARNESS_PRELOAD=",".join(preload))
         env.pop("PYTHONPATH", None)

@@ -13,10 +13,10 @@ import time
 
 import torch
 
-from harness.core import paths, sessions
+from harness.core import paths, pytestrun
 
 PIDS = pathlib.Path(__file__).with_suffix(".pids")
-RESULTS = paths.results_path(os.environ[sessions.SESSION_ENV])
+RESULTS = paths.results_path(os.environ[pytestrun.SESSION_ENV])
 
 
 def plain(case):

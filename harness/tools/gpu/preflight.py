@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from harness.core import caseid, matrix, outcomes, paths, records, sessions
+from harness.core import caseid, matrix, outcomes, paths, pytestrun, records
 from harness.core.errors import BadInput
 from harness.tools.gpu import wheels
 
@@ -95,7 +95,7 @@ def pins(spec: matrix.Session, carried: pathlib.Path | None, site: pathlib.Path,
     return Check("pins", done.returncode == 0, _last_line(done) + carried_note)
 
 
-def forked_children(workers: sessions.Workers, deadline: float) -> Check:
+def forked_children(workers: pytestrun.Workers, deadline: float) -> Check:
     children = max(1, min(workers.count, FORKED_CHILDREN))
     limit = deadline - time.monotonic()
     done = _run([sys.executable, "-m", "harness.plugin.gpuprobe", "--children", str(children),
@@ -124,12 +124,12 @@ def forked_children(workers: sessions.Workers, deadline: float) -> Check:
                  f"limit; slowest {slowest:.1f} s")
 
 
-def collection(spec: matrix.Session, workers: sessions.Workers, cache_root: pathlib.Path,
+def collection(spec: matrix.Session, workers: pytestrun.Workers, cache_root: pathlib.Path,
                deadline: float) -> tuple[Check, list[str]]:
     """The session's pytest command, collecting only: its cases' node ids."""
-    env = sessions.run_env(spec, cache_root, workers)
+    env = pytestrun.run_env(spec, cache_root, workers)
     collect_only = ["--collect-only", "-q", "-p", "no:cacheprovider"]
-    done = _run([sys.executable, *sessions.pytest_args(spec, collect_only, workers)], deadline - time.monotonic(), env)
+    done = _run([sys.executable, *pytestrun.pytest_args(spec, collect_only, workers)], deadline - time.monotonic(), env)
     if done is None:
         return Check("collection", False, "collecting the cases gave no answer in time"), []
     ids = [line.strip() for line in done.stdout.splitlines() if caseid.is_nodeid(line.strip())]
@@ -146,7 +146,7 @@ def handful(spec: matrix.Session, ids: list[str], work: pathlib.Path, deadline: 
     chosen = list({caseid.nodeid_file(nodeid): nodeid for nodeid in reversed(ids)}.values())[::-1]
     results = work / "handful"
     done = _run([sys.executable, "-m", "harness", "run", spec.name, *chosen], deadline - time.monotonic(),
-                {paths.RESULTS_ENV: str(results), sessions.WORKERS_ENV: str(min(HANDFUL_WORKERS, len(chosen)))})
+                {paths.RESULTS_ENV: str(results), pytestrun.WORKERS_ENV: str(min(HANDFUL_WORKERS, len(chosen)))})
     if done is None:
         return Check("real cases", False, f"{len(chosen)} cases through `python -m harness run` gave no answer in time")
     path = paths.results_path(spec.name, results)
@@ -176,7 +176,7 @@ def preflight(session: str, carried: pathlib.Path | None = None, work: pathlib.P
     if checks[0].ok:  # each check below says its own reason: all of them run, but the cases need the pins
         checks.append(pins(spec, carried, site or work / "site", deadline))
         say(checks[-1].line())
-        workers = sessions.choose_workers(spec)
+        workers = pytestrun.choose_workers(spec)
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
             children = pool.submit(forked_children, workers, deadline)
             collected, ids = collection(spec, workers, work / "caches", deadline)

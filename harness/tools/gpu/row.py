@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 
-from harness.core import limits, matrix, outcomes, paths, records, sessions, timings
+from harness.core import limits, matrix, outcomes, paths, pytestrun, records, timings
 
 PROGRESS_EVERY = 20  # seconds between progress lines
 STOP_GRACE = 60  # seconds pytest gets to write its end record after SIGINT, before the group is killed
@@ -46,12 +46,12 @@ def _children(parent: int) -> list[int]:
 
 
 def _run_env(results: pathlib.Path, case_timeout: int | None, workers: str | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in (sessions.SESSION_ENV, paths.RESULTS_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (pytestrun.SESSION_ENV, paths.RESULTS_ENV)}
     env[paths.RESULTS_ENV] = str(results)
     if case_timeout:
         env[limits.CASE_TIMEOUT_ENV] = str(case_timeout)
     if workers:
-        env[sessions.WORKERS_ENV] = workers
+        env[pytestrun.WORKERS_ENV] = workers
     return env
 
 

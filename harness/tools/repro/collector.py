@@ -14,7 +14,7 @@ import pathlib
 import subprocess
 import tempfile
 
-from harness.core import caseid, outcomes, paths, sessions
+from harness.core import caseid, outcomes, paths, pytestrun
 from harness.core.caseid import UnknownCase
 from harness.tools.repro.errors import ReproError
 
@@ -94,7 +94,7 @@ def collect(python, case_ids: list[str], timeout: float = 900) -> dict:
                    "-p", "no:harness.plugin", "-p", PLUGIN, str(paths.CASES)]
         try:
             done = subprocess.run(command, cwd=paths.ROOT, capture_output=True, text=True, timeout=timeout,
-                                  env=sessions.clean_env(**{DUMP_ENV: str(dump), CASE_ENV: "\n".join(case_ids)}))
+                                  env=pytestrun.clean_env(**{DUMP_ENV: str(dump), CASE_ENV: "\n".join(case_ids)}))
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ReproError(f"collecting the cases with {python} failed: {exc}") from exc
         if not dump.exists():

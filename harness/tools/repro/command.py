@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness.core import matrix, paths, records, sessions, venvs
+from harness.core import matrix, paths, pytestrun, records, venvs
 from harness.tools import scriptrun
 from harness.tools.repro import op_example
 from harness.tools.repro.collector import collect
@@ -44,7 +44,7 @@ def run_script(python, script: pathlib.Path, timeout: float = 900) -> dict:
 def collect_env(python, timeout: float = 300) -> str:
     try:
         done = subprocess.run([str(python), "-m", "torch.utils.collect_env"], cwd=tempfile.gettempdir(),
-                              env=sessions.clean_env(), capture_output=True, text=True, timeout=timeout)
+                              env=pytestrun.clean_env(), capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"collect_env failed: {exc}"
     return (done.stdout.strip() or done.stderr.strip()) or f"collect_env printed nothing (exit {done.returncode})"

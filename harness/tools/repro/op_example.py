@@ -16,7 +16,7 @@ import pathlib
 import subprocess
 import textwrap
 
-from harness.core import paths, sessions
+from harness.core import paths, pytestrun
 from harness.tools.repro.errors import ReproError
 from harness.tools.repro.property_example import example_expression
 from harness.tools.repro.verdict import Verdict
@@ -69,7 +69,7 @@ def add_scripts(python, infos: dict, timeout: float = 900) -> None:
     payload = json.dumps({"root": str(paths.ROOT), "cases_dir": str(paths.CASES), "cases": jobs})
     try:
         done = subprocess.run([str(python), "-c", WRITER], input=payload, cwd=paths.ROOT, capture_output=True,
-                              text=True, timeout=timeout, env=sessions.clean_env())
+                              text=True, timeout=timeout, env=pytestrun.clean_env())
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ReproError(f"writing the op programs' scripts with {python} failed: {exc}") from exc
     line = next((line for line in reversed(done.stdout.splitlines()) if line.startswith(MARK)), None)
