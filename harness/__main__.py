@@ -62,18 +62,42 @@ def findings(args) -> int:
     from harness.report import findings as catalogue
 
     found = catalogue.load()
+    patched = patches(found, args)  # first: an issue text shows its patch
     differed = finding_issue.write_issues(found, check=args.check)
     for path in differed:
         print(f"{'differs' if args.check else 'wrote'}: {path.relative_to(paths.ROOT)}")
     if not args.check:
-        return 0
+        return 1 if patched else 0
     unexplained = render.build([paths.results_dir()])["findings_unexplained"]
     for line in unexplained:
         print(f"disagrees: {line}")
     incomplete = catalogue.without_history(found)
     for line in incomplete:
         print(f"incomplete: {line}")
-    return 1 if differed or unexplained or incomplete else 0
+    return 1 if differed or unexplained or incomplete or patched else 0
+
+
+def patches(found: list, args) -> list[str]:
+    """Each finding's one upstream patch checked (with --upstream, against the stored test files and the
+    main row's torch; without --check, written anew there): what is wrong, printed."""
+    from harness.core import matrix, venvs
+    from harness.report import upstream_patch
+
+    torch = None
+    if args.upstream:
+        if not args.upstream.is_dir():
+            raise BadInput(f"--upstream {args.upstream}: not a directory")
+        python = args.python or str(venvs.venv_python(matrix.main_session().name))
+        torch = upstream_patch.released_torch(python)
+        if torch.version != matrix.main_session().torch:
+            raise BadInput(f"the patches are against torch {matrix.main_session().torch}; {python} has {torch.version}")
+    elif not args.check:
+        return []  # nothing to write them from
+    problems = [line for finding in found
+                for line in upstream_patch.check_patch(finding, args.upstream, torch, write=not args.check)]
+    for line in problems:
+        print(f"patch: {line}")
+    return problems
 
 
 def regressions(args) -> int:
@@ -245,6 +269,11 @@ def parser() -> argparse.ArgumentParser:
     fnd = commands.add_parser("findings", help="write each finding's issue text (results/reductions/*.md) with its "
                               "root cause, proposed fix and upstream search from findings.toml and fixes/")
     fnd.add_argument("--check", action="store_true", help="write nothing; exit 1 when an issue text differs")
+    fnd.add_argument("--upstream", type=pathlib.Path, metavar="DIR", help="stored copies of upstream test files, "
+                     "DIR/COMMIT/PATH: write each finding's upstream patch (fixes/SCRIPT.patch), or with --check "
+                     "compare it and `git apply --check` it")
+    fnd.add_argument("--python", metavar="PYTHON", help="with --upstream: an interpreter with the main row's torch, "
+                     "whose torch/ files the patches are against (default: that session's venv under .nox)")
     fnd.set_defaults(func=findings)
     reg = commands.add_parser("regressions", help="run each finding's regression tests in each row's venv and hold "
                               "them to what the table says of that row (exit 1 where one disagrees)")

@@ -121,7 +121,9 @@ def test_each_issue_text_carries_its_root_cause_fix_and_upstream_search_from_the
     assert "InvokeSubgraph.create: THE DEVICE" in part and "THE DEVICE" not in before
     fixes = project / "results" / "reductions" / "fixes"
     assert (fixes / "found_region_factory_called_twice_inductor.diff").read_text().strip() in part
-    assert "class RegionWithoutTensorInputTests" in part and "### Searched upstream" in part
+    # the fix and its test as one patch, the test among its neighbours upstream
+    assert "+    def test_factory_region_called_twice(self):" in part and "### Searched upstream" in part
+    assert "+++ b/test/higher_order_ops/test_invoke_subgraph.py" in part
     assert "### History\n\nNew bug. `InvokeSubgraph.create` has taken its output's device" in part
     # a finding without its issue text: one line, exit 2, the others' files left as they were
     issue.unlink()

@@ -30,7 +30,15 @@ def sections(finding: Finding) -> str:
     if finding.kind and finding.history:
         lines += ["### History", "", f"{finding.kind[0].upper()}{finding.kind[1:]}. {finding.history}. (Each change's "
                   "release is the first whose wheel holds its code.)", ""]
-    if finding.fix_path:
+    if finding.fix_path and finding.upstream_test and finding.patch_path.is_file():
+        patch = finding.patch_path.read_text(encoding="utf-8")
+        against, _, diff = patch.partition("\n\n")
+        lines += ["### Proposed fix", "",
+                  f"One patch, the fix and its regression test in `{finding.upstream_test.file}` (class "
+                  f"`{finding.upstream_test.into}`). {against.replace(chr(10), ' ')} With it the script above "
+                  "passes, and so do the tests it adds, which fail without it.", "",
+                  fence(diff, "diff"), ""]
+    elif finding.fix_path:
         test = finding.fix_path.parent / f"test_{finding.stem}.py"
         lines += ["### Proposed fix", "",
                   f"Against torch {matrix.main_session().torch}; with it the script above passes, and so does this "

@@ -21,6 +21,7 @@ from harness.core.swept import Swept
 from harness.core.swept import read as read_swept
 from harness.report import cards as carding
 from harness.report.results import ReportError
+from harness.report.upstream_patch import UpstreamTest
 
 # by the version, not by trying: the type checker follows the branch of the Python it checks for
 if sys.version_info >= (3, 11):
@@ -55,6 +56,8 @@ class Finding:
     # that history: the changes at the code it blames, each with the first release that has it.
     kind: str | None = None
     history: str | None = None
+    # Where its regression test goes upstream, for the one patch of fix and test (harness.report.upstream_patch).
+    upstream_test: UpstreamTest | None = None
 
     @property
     def stem(self) -> str:
@@ -69,6 +72,11 @@ class Finding:
         """The proposed fix (fixes/SCRIPT.diff, its regression test fixes/test_SCRIPT.py), where there is one."""
         path = FIXES / f"{self.stem}.diff"
         return path if path.is_file() else None
+
+    @property
+    def patch_path(self) -> pathlib.Path:
+        """The fix and its regression test as one patch against upstream (fixes/SCRIPT.patch)."""
+        return FIXES / f"{self.stem}.patch"
 
     def holds(self, card: dict) -> bool:
         return bool(self.signature.search(card["signature"])) and any(
@@ -138,7 +146,8 @@ def load(path: pathlib.Path = CATALOGUE) -> list[Finding]:
                         tuple(map(str, f.get("searched", ()))), tuple(map(str, f.get("related", ()))),
                         tuple((str(name), str(kind)) for name, kind in f.get("tests", {}).items()),
                         str(f["span_note"]) if "span_note" in f else None,
-                        str(f["kind"]) if "kind" in f else None, str(f["history"]) if "history" in f else None)
+                        str(f["kind"]) if "kind" in f else None, str(f["history"]) if "history" in f else None,
+                        UpstreamTest(**f["upstream_test"]) if "upstream_test" in f else None)
                 for f in table.get("finding", [])]
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, AttributeError, re.error) as exc:
         raise ReportError(f"{path}: not a findings catalogue: {exc}") from None

@@ -13,6 +13,15 @@ pytorch repository at the installed version) runs on both too, and the tests who
 are named. The fix holds when the script and the test fail before and pass after, and no nearby
 test that passed before fails after. Needs only the standard library, GNU patch and, for --nearby,
 pytest in PYTHON's environment.
+
+    python results/reductions/fixes/check.py PYTHON NAME --upstream DIR [-k EXPR]
+
+checks the one patch instead (fixes/NAME.patch: the fix, and the regression test added to the upstream
+test file of its neighbours; `python -m harness findings --upstream DIR` writes it). DIR holds stored
+copies of upstream files as DIR/COMMIT/PATH. The patch's torch/ part is applied to the copy of torch, its
+test part to a copy of the stored test file, and that file runs before and after the fix: the fix holds
+when the script and every test the patch adds fail before and pass after, and no other test of the file
+that passed before fails after.
 """
 
 from __future__ import annotations
@@ -75,13 +84,85 @@ def pytest_outcomes(output: str) -> dict[str, str]:
     return found
 
 
+def split_patch(patch: pathlib.Path, into: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, str, str, list[str]]:
+    """NAME.patch as its torch/ diff and its test diff (files under `into`), the test file's path and the
+    commit of the stored copy it is against (from the patch's header), and the tests it adds."""
+    text = patch.read_text(encoding="utf-8")
+    header = re.search(r"^(test/\S+) as at ([0-9a-f]{7,40})\.$", text, flags=re.MULTILINE)
+    start = text.find("\n--- a/test/")
+    if not header or start < 0 or not text.startswith("Against "):
+        sys.exit(f"error: {patch.name} is not a finding's upstream patch (no header naming its test file and commit)")
+    fix_part, test_part = text[text.index("--- a/torch/"):start + 1], text[start + 1:]
+    (into / "fix.diff").write_text(fix_part, encoding="utf-8")
+    (into / "test.diff").write_text(test_part, encoding="utf-8")
+    added = re.findall(r"^\+    def (test\w*)\(", test_part, flags=re.MULTILINE)
+    return into / "fix.diff", into / "test.diff", header[1], header[2], added
+
+
+def with_test_added(stored: pathlib.Path, test_diff: pathlib.Path, test_file: str, tree: pathlib.Path) -> pathlib.Path:
+    """A copy of the stored upstream test file, at its path under `tree`, with the patch's test part applied."""
+    target = tree / test_file
+    target.parent.mkdir(parents=True)
+    shutil.copyfile(stored, target)
+    done = subprocess.run(["patch", "-p1", "--forward", "--fuzz=0", "--no-backup-if-mismatch", "-i", str(test_diff)],
+                          cwd=tree, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"error: the test part does not apply to {stored}: {done.stdout.strip()} {done.stderr.strip()}")
+    return target
+
+
+def check_upstream_patch(args, work: pathlib.Path, torch_dir: pathlib.Path, version: str, script: pathlib.Path) -> int:
+    """The patch mode (--upstream): the script, then the patched upstream test file, before and after."""
+    patch = HERE / f"{args.name}.patch"
+    if not patch.is_file():
+        sys.exit(f"error: no such file: {patch}")
+    fix, test_diff, test_file, commit, added = split_patch(patch, work)
+    stored = pathlib.Path(args.upstream) / commit / test_file
+    if not stored.is_file():
+        sys.exit(f"error: no stored copy of {test_file} at {commit} under {args.upstream}")
+    changed = patched_copy(torch_dir, fix, work / "overlay")
+    target = with_test_added(stored, test_diff, test_file, work / "upstream")
+    print(f"torch {version} at {torch_dir}; {patch.name} changes {', '.join(changed)} and adds {', '.join(added)} "
+          f"to {test_file} ({commit[:7]})")
+    before = run(args.python, [str(script)], None, work / "script-before")
+    after = run(args.python, [str(script)], work / "overlay", work / "script-after")
+    verdict = before.returncode != 0 and after.returncode == 0
+    print(f"script: exit {before.returncode} before, {after.returncode} after: {'as expected' if verdict else 'NOT as expected'}")
+    command = ["-m", "pytest", str(target), "-q", "-rA", "-p", "no:cacheprovider", *(["-k", args.keyword] if args.keyword else [])]
+    outcomes = {side: pytest_outcomes(run(args.python, command, overlay, work / f"tests-{side}").stdout)
+                for side, overlay in (("before", None), ("after", work / "overlay"))}
+    new = {test_id for test_id in outcomes["before"].keys() | outcomes["after"].keys()
+           if test_id.rsplit("::", 1)[-1].split("[")[0] in added}
+    for test_id in sorted(new):
+        ok = outcomes["before"].get(test_id) == "FAILED" and outcomes["after"].get(test_id) == "PASSED"
+        verdict &= ok
+        print(f"added {test_id.rsplit('::', 1)[-1]}: {outcomes['before'].get(test_id)} before, "
+              f"{outcomes['after'].get(test_id)} after: {'as expected' if ok else 'NOT as expected'}")
+    verdict &= {name for name in added} <= {test_id.rsplit("::", 1)[-1].split("[")[0] for test_id in new}
+    others = {side: {t: o for t, o in found.items() if t not in new} for side, found in outcomes.items()}
+    counts = {side: {o: list(r.values()).count(o) for o in sorted(set(r.values()))} for side, r in others.items()}
+    print(f"its neighbours in {test_file}: before {counts['before']}, after {counts['after']}")
+    for test_id in sorted(others["before"].keys() | others["after"].keys()):
+        if others["before"].get(test_id) != others["after"].get(test_id):
+            print(f"  {others['before'].get(test_id)} -> {others['after'].get(test_id)}: {test_id}")
+    worse = [t for t, o in others["before"].items() if o == "PASSED" and others["after"].get(t) != "PASSED"]
+    verdict &= not worse and bool(others["before"])
+    print("the fix holds" if verdict else "the fix does NOT hold")
+    return 0 if verdict else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("python")
     parser.add_argument("name")
     parser.add_argument("--nearby", help="a torch test file to run before and after the fix (pytest)")
-    parser.add_argument("-k", dest="keyword", help="pytest -k for --nearby")
+    parser.add_argument("-k", dest="keyword", help="pytest -k for --nearby or --upstream")
+    parser.add_argument("--upstream", help="stored upstream files, DIR/COMMIT/PATH: check fixes/NAME.patch instead")
     args = parser.parse_args(argv)
+    if args.upstream:
+        torch_dir, version = torch_folder(args.python)
+        with tempfile.TemporaryDirectory(prefix="fix-check-") as temp:
+            return check_upstream_patch(args, pathlib.Path(temp), torch_dir, version, REDUCTIONS / f"{args.name}.py")
     diff, test, script = HERE / f"{args.name}.diff", HERE / f"test_{args.name}.py", REDUCTIONS / f"{args.name}.py"
     for path in (diff, test, script):
         if not path.is_file():

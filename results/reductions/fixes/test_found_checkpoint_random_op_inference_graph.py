@@ -39,13 +39,13 @@ class CheckpointRngInferenceTests(torch._dynamo.test_case.TestCase):
     def test_checkpointed_rng_op_inference_graph_inductor(self):
         self._run("inductor")
 
-    # A forward-loss-backward graph (Dynamo traces torch.autograd.grad) whose backward recomputes the
-    # checkpointed random op: the pass cannot replay its randomness there, and must still refuse it.
     # Before 2.12 the nodes of a traced torch.autograd.grad are not marked as backward (autograd_backward),
     # so the pass finds no backward region, rematerializes nothing, and the graph keeps the forward's mask.
     @unittest.skipUnless(hasattr(torch.fx.traceback, "_set_autograd_backward"),
                          "the nodes of a traced torch.autograd.grad are not marked as backward in this torch")
     def test_checkpointed_rng_op_forward_loss_backward_graph_still_raises(self):
+        # A forward-loss-backward graph (Dynamo traces torch.autograd.grad) whose backward recomputes the
+        # checkpointed random op: the pass cannot replay its randomness there, and must still refuse it.
         def step(x, w):
             y = checkpoint(lambda x: torch.nn.functional.dropout(x @ w, 0.5, True), x, use_reentrant=False)
             (grad,) = torch.autograd.grad(y.sum(), w)
