@@ -145,11 +145,15 @@ def _missing_imports(test: RegressionTest, module: ast.Module) -> list[str]:
 FIRST_PARTY = ("torch", "functorch", "torchgen")  # what pytorch/pytorch's import sorting puts last, its own
 
 
-def _import_key(node_or_line) -> tuple[int, bool, str]:
+def _import_key(node_or_line: ast.Import | ast.ImportFrom | str) -> tuple[int, bool, str]:
     """Where an import sorts, as usort keeps PyTorch's files: the standard library's, then other packages',
     then torch's own; within each, `import` statements before `from` ones, then by module regardless of case."""
     node = ast.parse(node_or_line).body[0] if isinstance(node_or_line, str) else node_or_line
-    module = node.names[0].name if isinstance(node, ast.Import) else f"{'.' * node.level}{node.module or ''}"
+    if isinstance(node, ast.Import):
+        module = node.names[0].name
+    else:
+        assert isinstance(node, ast.ImportFrom)
+        module = f"{'.' * node.level}{node.module or ''}"
     top = module.split(".")[0]
     category = 0 if top in sys.stdlib_module_names else 2 if top in FIRST_PARTY or not top else 1
     return category, isinstance(node, ast.ImportFrom), module.lower()
@@ -165,7 +169,7 @@ def _from_statement(module: str, names: list[str]) -> str:
     return f"from {module} import (\n" + "".join(f"    {name},\n" for name in names) + ")\n"
 
 
-def _with_imports(lines: list[str], imports: list[ast.stmt], added: list[str]) -> list[str]:
+def _with_imports(lines: list[str], imports: list[ast.Import | ast.ImportFrom], added: list[str]) -> list[str]:
     """`lines` with `added`: a name from a module the file already imports from joins that statement;
     another import goes before the first of the file's top-level `imports` that sorts after it."""
     inserts: dict[int, list[str]] = {}
@@ -178,8 +182,9 @@ def _with_imports(lines: list[str], imports: list[ast.stmt], added: list[str]) -
                      and (node.module, node.level) == (new.module, new.level)
                      and not any(alias.asname for alias in node.names + new.names)), None)
         if same is not None:
-            merged[same.lineno - 1] = same  # type: ignore[assignment]
-            more.setdefault(same.lineno - 1, []).extend(alias.name for alias in new.names)  # type: ignore[attr-defined]
+            assert isinstance(same, ast.ImportFrom) and isinstance(new, ast.ImportFrom)
+            merged[same.lineno - 1] = same
+            more.setdefault(same.lineno - 1, []).extend(alias.name for alias in new.names)
             continue
         after = next((node for node in imports if _import_key(node) > _import_key(line)), None)
         inserts.setdefault(after.lineno - 1 if after else last, []).append(line)
