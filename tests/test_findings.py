@@ -88,8 +88,12 @@ def test_a_proposed_fix_applies_to_the_torch_it_names_and_its_card_links_it():
     data = render.build([paths.ROOT / "results"])
     linked = {card["finding"]["fix"] for card in data["failing"] if card["finding"] and card["finding"]["fix"]}
     assert linked == {f"results/reductions/fixes/{d.name}" for d in fixes}
+    patches = sorted((paths.ROOT / "results" / "reductions" / "fixes").glob("*.patch"))
+    assert {card["finding"]["patch"] for card in data["failing"] if card["finding"] and card["finding"]["patch"]} == {
+        f"results/reductions/fixes/{p.name}" for p in patches}
     for page in (render.render_markdown(data), render.render_html(data)):
         assert all(f"fixes/{d.name}" in page and f"fixes/test_{d.stem}.py" in page for d in fixes)
+        assert all(f"fixes/{p.name}" in page for p in patches)
 
 
 def findings_command(project, *args):

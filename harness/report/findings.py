@@ -93,7 +93,10 @@ class Finding:
                 "cause": self.cause,
                 # a proposed fix and the test that guards it (fixes/check.py checks both against a torch)
                 "fix": f"results/reductions/fixes/{stem}.diff" if has_fix else None,
-                "regression_test": f"results/reductions/fixes/test_{stem}.py" if has_fix else None}
+                "regression_test": f"results/reductions/fixes/test_{stem}.py" if has_fix else None,
+                # the two as one patch for upstream, the test among its neighbours (harness.report.upstream_patch)
+                "patch": f"results/reductions/fixes/{self.patch_path.name}" if has_fix and self.patch_path.is_file()
+                else None}
 
 
     @functools.cached_property  # read once: the card, its line and its check all ask for it
