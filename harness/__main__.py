@@ -103,10 +103,12 @@ def patches(found: list, args) -> list[str]:
 def regressions(args) -> int:
     """Each finding's regression tests in each row's venv, held to the committed table (harness.report.regressions)."""
     from harness.report import regressions as held
+    from harness.tools import testfile
 
     if len(args.results) > 1:
         raise BadInput("regressions holds the tests to one table: give --results one DIR")
-    return held.check(args.sessions, python=args.python, results=args.results[0], numbers=args.finding)
+    return held.check(args.sessions, testfile.row_python, testfile.run_file, python=args.python,
+                      results=args.results[0], numbers=args.finding)
 
 
 def report(args) -> int:

@@ -180,17 +180,17 @@ def test_a_regression_test_that_fails_where_the_table_has_no_bug_disagrees(tmp_p
 
 def test_a_regression_file_that_cannot_be_collected_is_no_failed_test(tmp_path):
     # pytest's JUnit names a collection error after the module: that is "cannot run", never a test
-    from harness.report import regressions
+    from harness.tools import testfile
 
     broken = tmp_path / "test_found_broken.py"
     broken.write_text("import torch\ntorch.compiler.no_such_function\n")
-    said = regressions.run_file(pathlib.Path(sys.executable), broken, tmp_path / "work1")
+    said = testfile.run_file(pathlib.Path(sys.executable), broken, tmp_path / "work1")
     assert isinstance(said, str) and "AttributeError" in said, said
     plain = tmp_path / "test_found_plain.py"
     plain.write_text("import unittest\n\n\nclass T(unittest.TestCase):\n    def test_passes(self):\n        pass\n\n"
                      "    def test_fails(self):\n        self.fail('the bug')\n\n"
                      "    @unittest.skip('not here')\n    def test_skipped(self):\n        pass\n")
-    assert regressions.run_file(pathlib.Path(sys.executable), plain, tmp_path / "work2") == {
+    assert testfile.run_file(pathlib.Path(sys.executable), plain, tmp_path / "work2") == {
         "test_passes": "passed", "test_fails": "failed", "test_skipped": "skipped"}
 
 

@@ -26,17 +26,14 @@ table on every row given, 1 when one does not, 2 for bad input (nothing run).
 from __future__ import annotations
 
 import dataclasses
-import os
 import pathlib
-import shutil
-import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable
 
 from packaging import version
 
-from harness.core import matrix, outputs, paths, records, venvs
+from harness.core import matrix, paths, records
 from harness.core.errors import BadInput
 from harness.report import cards
 from harness.report import findings as catalogue
@@ -46,7 +43,6 @@ PROPERTY = "/property_"  # in a property case's id
 KINDS = (CAUSE, WORKS)
 # "works since 2.5": what a fix must keep working from that torch on; before it the bug reached it too
 SINCE = " since "
-FILE_TIMEOUT = 900  # seconds for one test file (the slowest, finding 5's, takes about 60 s on 2 cores)
 
 
 @dataclasses.dataclass
@@ -73,37 +69,6 @@ known bug or a limitation), else "silent" (its
         return "holds"
     # A property cell draws its programs: one that did not meet the bug on a row says nothing of it there.
     return "silent" if all(PROPERTY in prefix for prefix in finding.cases) else "absent"
-
-
-def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) -> dict[str, str] | str:
-    """Each test of `test_file` by name: passed, failed or skipped; a string where the file could not
-    be collected (what it said)."""
-    here = work / test_file.stem
-    here.mkdir(parents=True)
-    shutil.copy2(test_file, here / test_file.name)
-    report = here / "junit.xml"
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
-    caches = here / "caches"
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"), TRITON_CACHE_DIR=str(caches / "triton"),
-               TMPDIR=str(caches))
-    caches.mkdir()
-    code, printed = outputs.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-                                 f"--rootdir={here}", test_file.name], timeout=FILE_TIMEOUT, cwd=here, env=env)
-    if code is None:
-        return f"ran past {FILE_TIMEOUT} s"
-    if not report.is_file():
-        return (printed.strip().splitlines() or [f"pytest exit {code}"])[-1][:200]
-    found: dict[str, str] = {}
-    for case in ElementTree.parse(report).getroot().iter("testcase"):
-        # a collection error: a testcase named after the module, with no class
-        error = case.find("error")
-        if error is not None and (not case.get("classname") or case.get("name") == test_file.stem):
-            said = [line[1:].strip() for line in (error.text or "").splitlines() if line.startswith("E ")]
-            return (said[-1] if said else error.get("message") or "a collection error")[:200]
-        status = ("failed" if case.find("failure") is not None or case.find("error") is not None
-                  else "skipped" if case.find("skipped") is not None else "passed")
-        found[case.get("name", "")] = status  # JUnit XML's testcase always has its name
-    return found or (printed.strip().splitlines() or ["no test collected"])[-1][:200]
 
 
 def split_kind(kind: str) -> tuple[str, str | None]:
@@ -164,21 +129,6 @@ def _declared(kind: str) -> bool:
         return False
 
 
-def row_python(spec: matrix.Session, python: str | None) -> pathlib.Path:
-    """The interpreter that holds the row's torch: PYTHON, else the session's venv."""
-    chosen = pathlib.Path(python).absolute() if python else venvs.venv_python(spec.name)
-    if not chosen.exists():
-        raise BadInput(f"{spec.name}: no venv at {venvs.venv_of(chosen)} (run `nox -s {spec.name}` first, or "
-                       f"give --python)")
-    done = subprocess.run([str(chosen), "-c", "import torch; print(torch.__version__)"], capture_output=True,
-                          text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    version = done.stdout.strip().split("+")[0]
-    if done.returncode != 0 or (spec.torch and version != spec.torch):
-        said = version or (done.stderr.strip().splitlines() or ["no torch"])[-1]
-        raise BadInput(f"{spec.name}: {chosen} has torch {said}, the row pins {spec.torch}")
-    return chosen
-
-
 def row_cases(session: str, results: pathlib.Path) -> list[dict]:
     path = paths.results_path(session, results)
     if not path.is_file():
@@ -186,8 +136,14 @@ def row_cases(session: str, results: pathlib.Path) -> list[dict]:
     return [record for record in records.read(path) if record.get("kind") == "case"]
 
 
-def check(sessions: list[str], python: str | None = None, results: pathlib.Path | None = None,
-          numbers: list[int] | None = None, out=sys.stdout) -> int:
+# How the tests are run, which is a tool's job (harness.tools.testfile): the row's interpreter (the row, the
+# --python given), and each test of a file by name, or a string where the file could not be collected.
+RowPython = Callable[[matrix.Session, "str | None"], pathlib.Path]
+RunFile = Callable[[pathlib.Path, pathlib.Path, pathlib.Path], "dict[str, str] | str"]
+
+
+def check(sessions: list[str], row_python: RowPython, run_file: RunFile, python: str | None = None,
+          results: pathlib.Path | None = None, numbers: list[int] | None = None, out=sys.stdout) -> int:
     results = paths.results_dir() if results is None else results
     found = [f for f in catalogue.load() if f.fix_path is not None]
     if not found:
