@@ -56,8 +56,9 @@ def stale(args) -> int:
 def findings(args) -> int:
     """Each finding's issue text with its root cause, proposed fix and upstream search from the
     catalogue: 0 when all were up to date (or are now); with --check, 1 when one differs, writing none,
-    when a finding's script, swept, and its cells on the committed table disagree unexplained, or when
-    a finding gives no history of the code it blames."""
+    when a finding's script, swept, and its cells on the committed table disagree unexplained, when its
+    kind or history says otherwise of its versions than its sweep, or when it gives no history of the code
+    it blames."""
     from harness.report import finding_issue, render
     from harness.report import findings as catalogue
 
@@ -69,6 +70,7 @@ def findings(args) -> int:
     if not args.check:
         return 1 if patched else 0
     unexplained = render.build([paths.results_dir()])["findings_unexplained"]
+    unexplained += [line for finding in found for line in catalogue.history_against_sweep(finding)]
     for line in unexplained:
         print(f"disagrees: {line}")
     incomplete = catalogue.without_history(found)

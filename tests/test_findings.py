@@ -242,3 +242,25 @@ def test_the_sweep_line_reads_back_as_it_was_written():
         assert swept.read(f"text\n\n{said.line()}\n\nmore") == said
     for path in sorted((paths.ROOT / "results" / "reductions").glob("found_*.md")):  # every committed one
         assert swept.read(path.read_text()) is not None, path.name
+
+
+def test_a_kind_or_history_that_says_otherwise_of_the_versions_than_the_sweep_fails_the_check(tmp_path):
+    # Finding 4's history puts its regression between 2.12.1 (swept passing) and 2.13.0 (failing), as its
+    # sweep has it; finding 7's script fails on every release swept, so it cannot be a regression.
+    project = project_with_table(tmp_path / "project")
+    catalogue = project / "results" / "reductions" / "findings.toml"
+    text = catalogue.read_text()
+    assert "between 2.12.1 and 2.13.0" in text
+    catalogue.write_text(text.replace("between 2.12.1 and 2.13.0", "between 2.13.0 and 2.14.1"))
+    done = findings_command(project, "--check")
+    disagrees = [line for line in done.stdout.splitlines() if line.startswith("disagrees:")]  # and its text differs
+    assert done.returncode == 1 and disagrees == [
+        "disagrees: finding 4: its history puts the change after 2.13.0, where the script fails"], done.stdout
+    seventh = text.index("number = 7\n")
+    kind = text.index('kind = "new bug"', seventh)
+    catalogue.write_text(text[:kind] + 'kind = "regression of a fix"' + text[kind + len('kind = "new bug"'):])
+    done = findings_command(project, "--check")
+    disagrees = [line for line in done.stdout.splitlines() if line.startswith("disagrees:")]
+    assert done.returncode == 1 and disagrees == [
+        "disagrees: finding 7: a regression, yet no release older than 2.8.0, where its script first fails, "
+        "was swept passing"], done.stdout

@@ -125,6 +125,31 @@ def script_against_cells(card: dict, swept: Swept | None) -> list[str]:
                for v in swept.otherwise_versions if v in failing])
 
 
+# "a regression ... between 2.12.1 and 2.13.0": the history names the last release without the bug and the first with it
+BETWEEN = re.compile(r"\bbetween (\d+\.\d+(?:\.\d+)?) and (\d+\.\d+(?:\.\d+)?)")
+
+
+def history_against_sweep(finding: Finding) -> list[str]:
+    """Where what a finding's kind and history say of its versions disagrees with its script, swept: a
+    regression needs a release, older than the first failing one, where the script passes; a history that
+    puts the change "between A and B" needs the script to pass on A and fail on B, where both were swept."""
+    swept = finding.swept
+    if swept is None or not swept.failing:
+        return []
+    said = []
+    first = versions.torch_version(swept.failing[0])
+    if (finding.kind or "").startswith("regression") and not any(
+            versions.torch_version(v) < first for v in swept.passing):
+        said.append(f"finding {finding.number}: a regression, yet no release older than {swept.failing[0]}, where "
+                    "its script first fails, was swept passing")
+    for before, after in BETWEEN.findall(f"{finding.title} {finding.history or ''}"):
+        if before in swept.failing or before in {v for v, _ in swept.otherwise}:
+            said.append(f"finding {finding.number}: its history puts the change after {before}, where the script fails")
+        if after in swept.passing:
+            said.append(f"finding {finding.number}: its history puts the change at {after}, where the script passes")
+    return said
+
+
 def without_history(catalogue: list[Finding]) -> list[str]:
     """One line per finding whose issue text could not give the history of the code it blames."""
     return [f"finding {f.number}: no history (findings.toml: `kind` and `history`)" for f in catalogue
