@@ -201,3 +201,21 @@ def test_the_committed_patches_are_made_of_their_fixes_and_tests():
     for finding in placed:
         assert upstream_patch.check_patch(finding, None, None, write=False) == [], finding.number
     assert shutil.which("git")
+
+
+def test_check_verifies_the_patch_alone_with_its_tests_among_their_neighbours(tmp_path):
+    # fixes/check.py --upstream, as docs/findings.md gives it: the patch's torch/ part on a copy of this
+    # torch, its test part on a copy of the stored file; the script and the added tests fail before and
+    # pass after, the neighbour passes both times.
+    project, stored = project_pointing_at(tmp_path)
+    upstream = str(stored.parents[3])
+    assert findings_command(project, "--upstream", upstream, "--python", sys.executable).returncode == 0
+    check = [sys.executable, "results/reductions/fixes/check.py", sys.executable, finding_one().stem, "--upstream",
+             upstream]
+    done = subprocess.run(check, cwd=project, capture_output=True, text=True, timeout=900)
+    said = done.stdout.splitlines()
+    assert done.returncode == 0 and said[-1] == "the fix holds", done.stdout + done.stderr
+    assert "script: exit 1 before, 0 after: as expected" in said
+    assert "added test_copy_of_a_tensor_under_a_torch_function_mode: FAILED before, PASSED after: as expected" in said
+    assert f"its neighbours in {TEST_FILE}: before {{'PASSED': 1}}, after {{'PASSED': 1}}" in said
+    assert not list(tmp_path.glob("**/fix-check-*"))  # its copies are gone with it

@@ -111,6 +111,17 @@ def with_test_added(stored: pathlib.Path, test_diff: pathlib.Path, test_file: st
     return target
 
 
+def works_tests(name: str) -> list[str]:
+    """The finding's tests of what a fix must keep working (findings.toml: `tests`, "works" or "works since X")."""
+    try:
+        import tomllib
+    except ImportError:  # Python before 3.11: every added test is held to fail before the fix
+        return []
+    catalogue = tomllib.loads((REDUCTIONS / "findings.toml").read_text(encoding="utf-8"))
+    finding = next((f for f in catalogue.get("finding", []) if f.get("script") == f"{name}.py"), {})
+    return [test for test, kind in finding.get("tests", {}).items() if str(kind).startswith("works")]
+
+
 def added_name(test_id: str, added: list[str]) -> str | None:
     """Which of the patch's tests `test_id` runs: by its name, or its name for one device where the file
     makes one test per device from a template (inductor's CommonTemplate: test_x_cpu, test_x_cuda)."""
@@ -139,8 +150,11 @@ def check_upstream_patch(args, work: pathlib.Path, torch_dir: pathlib.Path, vers
     outcomes = {side: pytest_outcomes(run(args.python, command, overlay, work / f"tests-{side}").stdout)
                 for side, overlay in (("before", None), ("after", work / "overlay"))}
     new = {test_id for test_id in outcomes["before"].keys() | outcomes["after"].keys() if added_name(test_id, added)}
+    works = works_tests(args.name)
     for test_id in sorted(new):
-        ok = outcomes["before"].get(test_id) == "FAILED" and outcomes["after"].get(test_id) == "PASSED"
+        # a test of what the fix must keep working passes after it; any other meets the bug: fails before
+        ok = outcomes["after"].get(test_id) == "PASSED" and (
+            added_name(test_id, works) is not None or outcomes["before"].get(test_id) == "FAILED")
         verdict &= ok
         print(f"added {test_id.rsplit('::', 1)[-1]}: {outcomes['before'].get(test_id)} before, "
               f"{outcomes['after'].get(test_id)} after: {'as expected' if ok else 'NOT as expected'}")
