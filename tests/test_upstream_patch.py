@@ -112,6 +112,24 @@ def test_upstream_gets_no_version_gate_nor_an_import_its_tests_leave_unused_and_
         getattr(method, "name", "") for method in tests.body]
 
 
+def test_where_no_neighbour_class_fits_the_tests_come_as_a_class_of_their_own_before_the_main_block():
+    # Finding 9's neighbours upstream (ActivationCheckpointingViaTagsTests) run only on GPUs
+    # (instantiate_device_type_tests(..., except_for="cpu")); its tests are about the CPU: a class of their
+    # own, with its base's import, which the file lacks here.
+    finding = next(finding for finding in findings.load() if finding.number == 9)
+    upstream = NEIGHBOURS.replace("import torch._dynamo.test_case\n", "").replace(
+        "class TorchFunctionModeTests(torch._dynamo.test_case.TestCase)", "class TorchFunctionModeTests(TestMode)")
+    changed = upstream_patch.with_regression_test(upstream, regression_source(finding), "")
+    module = ast.parse(changed)
+    order = [getattr(node, "name", type(node).__name__) for node in module.body
+             if not isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert order == ["TestMode", "TorchFunctionModeTests", "dropout_fn", "dropout_fn_no_preserve",
+                     "CheckpointRngEagerBackendTests", "If"]
+    assert "import torch._dynamo.test_case\n" in changed and "skipIf" not in changed
+    with pytest.raises(ReportError, match="already has a class CheckpointRngEagerBackendTests"):
+        upstream_patch.with_regression_test(changed, regression_source(finding), "")
+
+
 def test_a_helper_the_file_defines_otherwise_or_a_test_it_has_already_is_refused():
     source = regression_source(finding_one())
     same = NEIGHBOURS.replace("class TestMode(", "class PassThrough(TorchFunctionMode):\n"

@@ -30,7 +30,10 @@ class UpstreamTest:
     """Where a finding's regression test goes upstream."""
     file: str  # the test file, as a path in pytorch/pytorch: test/dynamo/test_modes.py
     commit: str  # the commit the stored copy of that file is at
-    into: str  # the test class of its neighbours: the new tests join it, module-level helpers go before it
+    # The test class of its neighbours: the new tests join it, module-level helpers go before it. Empty
+    # where no class there fits (each runs only on devices the fix is not about): the regression test's
+    # own class goes before the file's main block.
+    into: str
 
     def stored(self, upstream: pathlib.Path) -> pathlib.Path:
         return upstream / self.commit / self.file
@@ -43,6 +46,8 @@ class RegressionTest:
     imports: tuple[ast.stmt, ...]
     helpers: tuple[tuple[str, str], ...]  # (name, source with the comments above it)
     methods: tuple[tuple[str, str], ...]  # (name, source indented as in a class body)
+    header: str = ""  # its test class's `class` line and docstring, for a class of its own upstream
+    bases: tuple[str, ...] = ()  # its test class's bases, as written
 
 
 def _with_comments_above(lines: list[str], node: ast.stmt) -> str:
@@ -91,6 +96,7 @@ def _names(node: ast.stmt) -> list[str]:
 def regression_test(source: str) -> RegressionTest:
     lines = source.splitlines(keepends=True)
     imports, helpers, methods = [], [], []
+    header, bases = "", ()  # type: tuple[str, tuple[str, ...]]
     for node in ast.parse(source).body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             imports.append(node)
@@ -98,11 +104,14 @@ def regression_test(source: str) -> RegressionTest:
             assert isinstance(node, ast.ClassDef)
             body = node.body[1:] if ast.get_docstring(node) else node.body
             methods += [(getattr(stmt, "name", ""), _upstream_method(lines, stmt)) for stmt in body]
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            header = "".join(lines[first:body[0].lineno - 1]) if body else ""
+            bases = tuple(ast.unparse(base) for base in node.bases)
         elif isinstance(node, ast.If) or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
             continue  # `if __name__ == "__main__":` and the module docstring stay behind
         else:
             helpers += [(name, _with_comments_above(lines, node)) for name in _names(node)[:1]]
-    return RegressionTest(tuple(imports), tuple(helpers), tuple(methods))
+    return RegressionTest(tuple(imports), tuple(helpers), tuple(methods), header, bases)
 
 
 def _imported(nodes) -> set[tuple[str, str, str | None]]:
@@ -127,11 +136,13 @@ def _used(test: RegressionTest) -> set[str]:
     return used
 
 
-def _missing_imports(test: RegressionTest, module: ast.Module) -> list[str]:
+def _missing_imports(test: RegressionTest, module: ast.Module, into: str) -> list[str]:
     """The regression test's imports that its helpers and tests use and the upstream file lacks, one
     statement each (its test class's base, which the tests leave behind for their neighbours', is not)."""
     have = _imported(node for node in module.body if isinstance(node, (ast.Import, ast.ImportFrom)))
     used, lines = _used(test), []
+    if not into:  # its class of its own keeps its bases
+        used |= {".".join(base.split(".")[:n]) for base in test.bases for n in range(1, base.count(".") + 2)}
     for node in test.imports:
         for entry in sorted(_imported([node]) - have):
             where, name, asname = entry
@@ -208,9 +219,19 @@ def with_regression_test(upstream_text: str, test_source: str, into: str) -> str
     test = regression_test(test_source)
     module = ast.parse(upstream_text)
     lines = upstream_text.splitlines(keepends=True)
-    target = next((node for node in module.body if isinstance(node, ast.ClassDef) and node.name == into), None)
-    if target is None:
-        raise ReportError(f"the upstream test file has no class {into}")
+    target: ast.ClassDef | ast.If | None
+    if into:
+        target = next((node for node in module.body if isinstance(node, ast.ClassDef) and node.name == into), None)
+        if target is None:
+            raise ReportError(f"the upstream test file has no class {into}")
+    else:  # a class of its own, before the main block: its helpers go before it as before a neighbour's
+        target = next((node for node in module.body if isinstance(node, ast.If)
+                       and "__name__" in ast.unparse(node.test)), None)
+        if target is None:
+            raise ReportError("the upstream test file has no `if __name__ == \"__main__\":` to put a class before")
+        if any(isinstance(node, ast.ClassDef) and node.name == test.header.split("(")[0].split()[-1]
+               for node in module.body):
+            raise ReportError(f"the upstream test file already has a class {test.header.split('(')[0].split()[-1]}")
     defined = {name: ast.unparse(node) for node in module.body for name in _names(node)}
     helpers = []
     for name, text in test.helpers:
@@ -219,19 +240,23 @@ def with_regression_test(upstream_text: str, test_source: str, into: str) -> str
                 raise ReportError(f"the upstream test file defines {name} otherwise than the regression test")
             continue  # the file has it already, the same
         helpers.append(text + "\n\n")
-    clash = {name for name, _ in test.methods} & {getattr(stmt, "name", None) for stmt in target.body}
+    clash = {name for name, _ in test.methods} & {getattr(stmt, "name", None) for stmt in target.body} if into else ()
     if clash:
         raise ReportError(f"{into} already has {', '.join(sorted(clash))}")
     imports = [node for node in module.body if isinstance(node, (ast.Import, ast.ImportFrom))
                and node.lineno < target.lineno]
-    class_start = min([target.lineno, *(d.lineno for d in target.decorator_list)]) - 1
+    class_start = min([target.lineno, *(d.lineno for d in getattr(target, "decorator_list", []))]) - 1
     while class_start > 0 and lines[class_start - 1].strip().startswith("#"):
         class_start -= 1
     class_end = target.end_lineno or target.lineno
     methods = "".join("\n" + text for _, text in test.methods)
     # the class first: the imports' insertions move every line after them
-    lines = lines[:class_start] + helpers + lines[class_start:class_end] + [methods] + lines[class_end:]
-    return "".join(_with_imports(lines, imports, _missing_imports(test, module)))
+    if into:
+        lines = lines[:class_start] + helpers + lines[class_start:class_end] + [methods] + lines[class_end:]
+    else:
+        own = test.header + methods.removeprefix("\n") + "\n\n"
+        lines = lines[:class_start] + helpers + [own] + lines[class_start:]
+    return "".join(_with_imports(lines, imports, _missing_imports(test, module, into)))
 
 
 def header(upstream_test: UpstreamTest, torch_version: str, torch_commit: str) -> str:
