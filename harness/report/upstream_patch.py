@@ -264,19 +264,38 @@ def header(upstream_test: UpstreamTest, torch_version: str, torch_commit: str) -
             f"{upstream_test.file} as at {upstream_test.commit}.\n\n")
 
 
+def with_diff(text: str, diff: str, name: str) -> str:
+    """`text`, the file `name`, with `diff` applied (`git apply`, no fuzz: every line of context as it is)."""
+    with tempfile.TemporaryDirectory() as tree:
+        root = pathlib.Path(tree)
+        (root / name).parent.mkdir(parents=True)
+        (root / name).write_text(text, encoding="utf-8")
+        (root / "changes.diff").write_text(diff, encoding="utf-8")
+        done = subprocess.run(["git", "apply", "changes.diff"], cwd=root, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ReportError(f"the neighbours' changes do not apply to {name}: {done.stderr.strip()}")
+        return (root / name).read_text(encoding="utf-8")
+
+
 def patch_text(fix_diff: str, test_source: str, upstream_test: UpstreamTest, upstream_text: str,
-               torch_version: str, torch_commit: str) -> str:
-    """The one patch: a header naming what it is against, the fix, then the test in its upstream file."""
-    changed = with_regression_test(upstream_text, test_source, upstream_test.into)
+               torch_version: str, torch_commit: str, neighbours: str = "") -> str:
+    """The one patch: a header naming what it is against, the fix, then the test in its upstream file,
+    with what the fix changes in its neighbours' expectations (`neighbours`, a diff of that file), if any."""
+    changed = with_regression_test(with_diff(upstream_text, neighbours, upstream_test.file) if neighbours
+                                   else upstream_text, test_source, upstream_test.into)
     test_diff = "".join(difflib.unified_diff(upstream_text.splitlines(keepends=True), changed.splitlines(keepends=True),
                                              f"a/{upstream_test.file}", f"b/{upstream_test.file}"))
     return header(upstream_test, torch_version, torch_commit) + fix_diff + test_diff
 
 
-def made_of(patch: str, fix_diff: str, test_source: str) -> list[str]:
-    """What the committed patch lacks of its parts: the fix as it is, and a `def` of every regression test."""
+def made_of(patch: str, fix_diff: str, test_source: str, neighbours: str = "") -> list[str]:
+    """What the committed patch lacks of its parts: the fix as it is, a `def` of every regression test,
+    and every line the neighbours' changes add."""
     problems = [] if fix_diff in patch else ["its fix is not fixes/SCRIPT.diff as it is"]
     added = {line[1:].strip() for line in patch.splitlines() if line.startswith("+")}
+    if any(line[1:].strip() not in added for line in neighbours.splitlines()
+           if line.startswith("+") and not line.startswith("+++")):
+        problems.append("it lacks what fixes/SCRIPT.neighbours.diff changes")
     problems += [f"it does not add {name}" for name, _ in regression_test(test_source).methods
                  if name.startswith("test") and not any(line.startswith(f"def {name}(") for line in added)]
     return problems
@@ -331,9 +350,12 @@ def check_patch(finding, upstream: pathlib.Path | None, torch: ReleasedTorch | N
         return []
     test_source = (fix.parent / f"test_{finding.stem}.py").read_text(encoding="utf-8")
     fix_diff = fix.read_text(encoding="utf-8")
+    neighbours_path = fix.parent / f"{finding.stem}.neighbours.diff"
+    neighbours = neighbours_path.read_text(encoding="utf-8") if neighbours_path.is_file() else ""
     stored = where.stored(upstream) if upstream else None
     if stored is not None and stored.is_file() and torch is not None:
-        made = patch_text(fix_diff, test_source, where, stored.read_text(encoding="utf-8"), torch.version, torch.commit)
+        made = patch_text(fix_diff, test_source, where, stored.read_text(encoding="utf-8"), torch.version, torch.commit,
+                          neighbours)
         if write:
             finding.patch_path.write_text(made, encoding="utf-8")
         elif not finding.patch_path.is_file() or finding.patch_path.read_text(encoding="utf-8") != made:
@@ -348,4 +370,4 @@ def check_patch(finding, upstream: pathlib.Path | None, torch: ReleasedTorch | N
     if not finding.patch_path.is_file():
         return [f"{finding.patch_path.name} is missing"]
     return [f"{finding.patch_path.name}: {problem}"
-            for problem in made_of(finding.patch_path.read_text(encoding="utf-8"), fix_diff, test_source)]
+            for problem in made_of(finding.patch_path.read_text(encoding="utf-8"), fix_diff, test_source, neighbours)]
