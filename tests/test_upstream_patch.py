@@ -237,3 +237,19 @@ def test_check_verifies_the_patch_alone_with_its_tests_among_their_neighbours(tm
     assert "added test_copy_of_a_tensor_under_a_torch_function_mode: FAILED before, PASSED after: as expected" in said
     assert f"its neighbours in {TEST_FILE}: before {{'PASSED': 1}}, after {{'PASSED': 1}}" in said
     assert not list(tmp_path.glob("**/fix-check-*"))  # its copies are gone with it
+
+
+def test_a_patch_carries_what_its_fix_changes_in_its_neighbours_expectations():
+    # Finding 3's fix changes what two of its neighbours print (test_gen_schema's forward schema):
+    # the committed patch holds those lines, and one without them is said.
+    finding = next(finding for finding in findings.load() if finding.number == 3)
+    assert finding.fix_path is not None
+    neighbours = (finding.fix_path.parent / f"{finding.stem}.neighbours.diff").read_text()
+    patch = finding.patch_path.read_text()
+    expected = ('+            """invoke_subgraph(Any subgraph, str identifier, Tensor arg0, Tensor arg1) '
+                '-> ((Tensor))""",')
+    assert expected in neighbours.splitlines() and expected in patch.splitlines()
+    parts = (finding.fix_path.read_text(), regression_source(finding), neighbours)
+    assert upstream_patch.made_of(patch, *parts) == []
+    assert upstream_patch.made_of(patch.replace(expected + "\n", ""), *parts) == [
+        "it lacks what fixes/SCRIPT.neighbours.diff changes"]
