@@ -33,11 +33,15 @@ def sections(finding: Finding) -> str:
     if finding.fix_path and finding.upstream_test and finding.patch_path.is_file():
         patch = finding.patch_path.read_text(encoding="utf-8")
         against, _, diff = patch.partition("\n\n")
-        lines += ["### Proposed fix", "",
-                  f"One patch, the fix and its regression test in `{finding.upstream_test.file}` (class "
-                  f"`{finding.upstream_test.into}`). {against.replace(chr(10), ' ')} With it the script above "
-                  "passes, and so do the tests it adds, which fail without it.", "",
-                  fence(diff, "diff"), ""]
+        where = finding.upstream_test
+        place = f"class `{where.into}`" if where.into else "a class of its own"
+        said = (f"One patch, the fix and its regression test in `{where.file}` ({place}). "
+                f"{against.replace(chr(10), ' ')} With it the script above passes, and so do the tests it adds, "
+                "which fail without it.")
+        if (finding.fix_path.parent / f"{finding.stem}.neighbours.diff").is_file():
+            said += (" It also changes what some of their neighbours there expect to be printed (graphs, schemas), "
+                     "which the fix changes; they pass with it and fail without it.")
+        lines += ["### Proposed fix", "", said, "", fence(diff, "diff"), ""]
     elif finding.fix_path:
         test = finding.fix_path.parent / f"test_{finding.stem}.py"
         lines += ["### Proposed fix", "",
