@@ -50,11 +50,16 @@ class RegressionTest:
     bases: tuple[str, ...] = ()  # its test class's bases, as written
 
 
-def _with_comments_above(lines: list[str], node: ast.stmt) -> str:
+def _first_line(lines: list[str], node: ast.stmt) -> int:
+    """The index in `lines` of a statement's first line: its decorators, and the comments right above them."""
     first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]) - 1
     while first > 0 and lines[first - 1].strip().startswith("#"):
         first -= 1
-    return "".join(lines[first:node.end_lineno])
+    return first
+
+
+def _with_comments_above(lines: list[str], node: ast.stmt) -> str:
+    return "".join(lines[_first_line(lines, node):node.end_lineno])
 
 
 def _is_version_gate(decorator: ast.expr) -> bool:
@@ -245,9 +250,7 @@ def with_regression_test(upstream_text: str, test_source: str, into: str) -> str
         raise ReportError(f"{into} already has {', '.join(sorted(clash))}")
     imports = [node for node in module.body if isinstance(node, (ast.Import, ast.ImportFrom))
                and node.lineno < target.lineno]
-    class_start = min([target.lineno, *(d.lineno for d in getattr(target, "decorator_list", []))]) - 1
-    while class_start > 0 and lines[class_start - 1].strip().startswith("#"):
-        class_start -= 1
+    class_start = _first_line(lines, target)
     class_end = target.end_lineno or target.lineno
     methods = "".join("\n" + text for _, text in test.methods)
     # the class first: the imports' insertions move every line after them
