@@ -581,6 +581,19 @@ def test_where_lightning_changes_an_outcome_per_row_grouped_by_bug(tmp_path):
     assert 'id="lightning"' in html and "--along lightning --torch 2.5.1" in html
 
 
+def test_rows_where_lightning_changes_nothing_share_one_line_in_report_md(tmp_path):
+    for name, torch in (("cpu_torch24", "2.4.1"), ("cpu_torch25", "2.5.1"), ("cpu_torch26", "2.6.0")):
+        write_session(tmp_path, name, torch, {CK: "pass", EI: "pass", EI_EAGER: "pass"})
+        write_session(tmp_path, f"{name}_lightning_newest", torch, {EI: "pass", EI_EAGER: "fail" if torch == "2.6.0"
+                                                                     else "pass"}, lightning="2.6.6")
+    text = section(render.render_markdown(render.build([tmp_path])), "## Where Lightning changes an outcome")
+    assert "- the same outcome with either Lightning in every case both ran (how many) in 2 rows: " \
+           "cpu_torch24 (2), cpu_torch25 (2)." in text
+    assert "- torch 2.6.0: **cpu_torch26** (Lightning 2.4.0) against **cpu_torch26_lightning_newest** (Lightning " \
+           "2.6.6): 1 case of 2 differ, in 1 group." in text
+    assert "- torch 2.4.1" not in text and "No Lightning-axis session" not in text
+
+
 def test_cases_that_never_ran_on_their_device_are_folded(tmp_path):
     now = tmp_path / "now"
     for name, torch in (("cpu_torch24", "2.4.1"), ("cpu_torch25", "2.5.1")):
@@ -830,6 +843,28 @@ def test_a_cell_that_differs_only_as_the_machines_do_is_shown_so_not_as_a_regres
     shared_changed = run_cli(now, "--baseline", base, "--out", tmp_path / "out")
     assert (f"fails: cpu_torch25: {CK}: regressed: pass -> fail (fail on purpose)"
             in shared_changed.stdout)  # code the cases share
+
+
+def test_a_table_measured_again_on_another_machine_says_so_once_naming_its_sessions(tmp_path):
+    now, base = tmp_path / "now", tmp_path / "base"
+    here, runner, other = ({"cpu": "Intel(R) Xeon(R) Processor"}, {"cpu": "AMD EPYC"}, {"cpu": "Apple M2"})
+    for name, machine in (("cpu_torch24", runner), ("cpu_torch25", runner), ("cpu_torch26", other)):
+        write_session(base, name, "2.5.1", {CK: "pass"}, **here)
+        write_session(now, name, "2.5.1", {CK: "pass"}, **machine)
+    run_cli(now, "--baseline", base, "--out", tmp_path / "out")
+    lines = [line for line in (tmp_path / "out" / "REPORT.md").read_text().splitlines() if "different machines" in line]
+    assert [line.split(": this run")[0] for line in lines] == ["cpu_torch24, cpu_torch25", "cpu_torch26"]
+    assert "(cpu: Intel(R) Xeon(R) Processor → AMD EPYC)" in lines[0]
+    assert "(cpu: Intel(R) Xeon(R) Processor → Apple M2)" in lines[1]
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert page.count("ran on different machines") == 2 and "cpu_torch24, cpu_torch25: this run" in page
+    for name in ("cpu_torch27", "cpu_torch28"):  # past three, REPORT.md names two and counts the rest
+        write_session(base, name, "2.5.1", {CK: "pass"}, **here)
+        write_session(now, name, "2.5.1", {CK: "pass"}, **runner)
+    run_cli(now, "--baseline", base, "--out", tmp_path / "out")
+    text = (tmp_path / "out" / "REPORT.md").read_text()
+    assert "cpu_torch24, cpu_torch25 and 2 more sessions (report.html): this run" in text
+    assert "cpu_torch24, cpu_torch25, cpu_torch27, cpu_torch28: this run" in (tmp_path / "out" / "report.html").read_text()
 
 
 def test_the_previous_run_is_for_information_and_its_absence_is_stated(tmp_path):

@@ -93,6 +93,16 @@ def status(session: SessionResult, case: str, then: str, now: str) -> str | None
     return None
 
 
+def _add_machine_change(changes: list[dict], session: str, differ: dict) -> None:
+    """One entry per distinct change of machine, naming every session that made it: a table re-measured
+    on a new machine says so once, not once per row."""
+    for change in changes:
+        if change["differ"] == differ:
+            change["sessions"].append(session)
+            return
+    changes.append({"sessions": [session], "differ": differ})
+
+
 def compare(current: list[SessionResult], baseline: list[SessionResult], learned: Learned | None = None) -> dict:
     """Each case of each session present now, against the same session in the baseline. A record
     that skipped for an absent device counts as not run, and so does a family the session did not
@@ -114,7 +124,7 @@ def compare(current: list[SessionResult], baseline: list[SessionResult], learned
         families = {record.get("family") for record in session.cases.values()}
         differ = machines_differ(old, session)
         if differ:
-            machines.append({"session": session.name, "differ": differ})
+            _add_machine_change(machines, session.name, differ)
         for case in sorted(set(session.cases) | {c for c, r in old.cases.items() if r.get("family") in families}):
             then, now = _outcome(old, case), _outcome(session, case)
             found = status(session, case, then, now)
