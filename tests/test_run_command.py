@@ -57,6 +57,21 @@ def test_a_narrowed_run_here_writes_the_sessions_records_and_junit(tmp_path, mon
     assert end["kind"] == "end" and paths.results_path(MAIN.name, tmp_path).with_suffix(".xml").is_file()
 
 
+def test_a_run_narrowed_to_fewer_cases_than_workers_starts_one_worker_a_case(tmp_path):
+    """Each worker imports torch before it takes a case: a run naming one case by its node id starts one."""
+    case = "cases/test_checkpoint.py::test_plain_checkpoint[cpu-fullgraph-eager]"
+    done = harness_run(MAIN.name, case, results=tmp_path, env={pytestrun.WORKERS_ENV: "2"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    back = records.read(paths.results_path(MAIN.name, tmp_path))
+    assert back[0]["workers"] == {"count": 1, "basis": "$HARNESS_WORKERS=2; as many as the cases the run names (1)"}
+    assert [r["case"] for r in back if r["kind"] == "case"] == ["checkpoint/plain_checkpoint[cpu-eager-fullgraph]"]
+    done = harness_run(MAIN.name, "cases/test_checkpoint.py", "-k", "plain_checkpoint and fullgraph-eager",
+                       results=tmp_path, env={pytestrun.WORKERS_ENV: "2"})  # a file holds cases untold: as chosen
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert records.read(paths.results_path(MAIN.name, tmp_path))[0]["workers"] == {
+        "count": 2, "basis": "$HARNESS_WORKERS=2"}
+
+
 @pytest.mark.parametrize("session, env, says", [
     ("cpu_torch99", {}, "error: unknown session 'cpu_torch99' (did you mean "),
     (OLDER.name, {}, f"error: environment does not match session {OLDER.name}: torch is {MAIN.torch}"),

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from typing import Callable, Optional
 
-from harness.core import envcheck, limits, matrix, paths, pytestrun
+from harness.core import caseid, envcheck, limits, matrix, paths, pytestrun
 
 Step = Callable[[list, dict], object]
 
@@ -59,6 +59,16 @@ class CarriedFailures(Exception):
     """Nothing needed to run, and records carried over from the last run fail the session."""
 
 
+def no_more_than_cases(workers: pytestrun.Workers, targets: list[str]) -> pytestrun.Workers:
+    """`workers`, or one per case where the run names fewer cases than that, each by its node id (a run
+    narrowed to a few cases, or a plan that runs a few again): every worker imports torch before it
+    takes a case, so one with no case to take is only cost. Files, folders and options say nothing of
+    how many cases they hold: `workers` as chosen."""
+    if targets and all(caseid.is_nodeid(target) for target in targets) and len(targets) < workers.count:
+        return pytestrun.Workers(len(targets), f"{workers.basis}; as many as the cases the run names ({len(targets)})")
+    return workers
+
+
 def run(spec: matrix.Session, posargs, python: str, cache_root: os.PathLike, step: Step,
         install: Optional[Callable[[], None]] = None) -> None:
     """The session's steps (above). Raises harness.core.errors.BadInput (the machine or the environment does not fit the
@@ -75,7 +85,8 @@ def run(spec: matrix.Session, posargs, python: str, cache_root: os.PathLike, ste
     env = session_env(spec, cache_root, workers)
     args = [a for a in posargs if a != pytestrun.FRESH]
     if args:
-        step([python, *pytestrun.pytest_args(spec, args, workers)], env)
+        workers = no_more_than_cases(workers, args)
+        step([python, *pytestrun.pytest_args(spec, args, workers)], session_env(spec, cache_root, workers))
         return
     handle, name = tempfile.mkstemp(prefix=f"reuse-plan-{spec.name}-", suffix=".json")
     os.close(handle)
@@ -90,7 +101,9 @@ def run(spec: matrix.Session, posargs, python: str, cache_root: os.PathLike, ste
             if the_plan["exitstatus"]:
                 raise CarriedFailures("cases fail (their records were carried over from the last run)")
             return
-        step([python, *pytestrun.pytest_args(spec, [*the_plan["run"], f"--reuse-plan={plan}"], workers)], env)
+        workers = no_more_than_cases(workers, the_plan["run"])
+        step([python, *pytestrun.pytest_args(spec, [*the_plan["run"], f"--reuse-plan={plan}"], workers)],
+             session_env(spec, cache_root, workers))
     finally:
         plan.unlink(missing_ok=True)  # read by pytest's plugin while it runs, then no longer needed
 
