@@ -864,7 +864,8 @@ def test_a_table_measured_again_on_another_machine_says_so_once_naming_its_sessi
     run_cli(now, "--baseline", base, "--out", tmp_path / "out")
     text = (tmp_path / "out" / "REPORT.md").read_text()
     assert "cpu_torch24, cpu_torch25 and 2 more sessions (report.html): this run" in text
-    assert "cpu_torch24, cpu_torch25, cpu_torch27, cpu_torch28: this run" in (tmp_path / "out" / "report.html").read_text()
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "cpu_torch24, cpu_torch25, cpu_torch27, cpu_torch28: this run" in page
 
 
 def test_the_previous_run_is_for_information_and_its_absence_is_stated(tmp_path):
