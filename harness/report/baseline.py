@@ -113,7 +113,8 @@ def compare(current: list[SessionResult], baseline: list[SessionResult], learned
     (`learned`: harness.report.flips) that changed is `flips`, never a regression or a fix."""
     learned = learned or Learned({})
     base = {s.name: s for s in baseline}
-    rows, builds_differ, machines = [], [], []
+    rows, builds_differ = [], []
+    machines: list[dict] = []
     for session in current:
         old = base.get(session.name)
         if old is None:
