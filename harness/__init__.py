@@ -8,5 +8,5 @@ One folder per runtime, every import pointing down (tests/test_layering.py check
   reuse, what cases use);
 - harness/report: the regression table from results files;
 - harness/tools: the offline tools (repro, bisect, sweep, reduce, the Lightning releases);
-- harness/__main__.py: the command line over them.
+- harness/cli and harness/__main__.py: the command line over them (each command and its options).
 """

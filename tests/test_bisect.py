@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from harness.cli import options
 from harness.core import matrix, pytestrun, venvs, versions
 from harness.core.errors import BadInput
 from harness.tools import bisect, lightning_releases
@@ -202,7 +203,7 @@ def test_a_bisection_along_lightning_names_the_first_release_that_changes(monkey
     monkeypatch.setattr(collector, "collect", lambda python, ids: {"cases": {FLOW: {"nodeid": "n"}}})
     monkeypatch.setattr(bisect, "run_case", lambda target, nodeid, case: bisect.Result(
         target, "known" if targets.index(target) < change else "fixed"))
-    args = __import__("harness.__main__").__main__.parser().parse_args(
+    args = options.parser().parse_args(
         ["bisect", FLOW, "--along", "lightning", "--torch", "2.5", "--envdir", str(tmp_path)])
     assert bisect.command(args) == 0
     out = capsys.readouterr().out

@@ -277,7 +277,7 @@ def test_a_missing_dependency_is_one_line_for_every_command(tmp_path):
                 "bisect": ["checkpoint/x"], "sweep": ["checkpoint/x"], "reduce": ["checkpoint/x", "--session", "s"],
                 "lightning-newest": [], "explore-summary": [], "run": ["cpu_torch25"], "stale": [], "findings": [],
                 "regressions": ["cpu_torch215"], "gpu": ["preflight", "cuda13_torch211"], "explore": ["cpu_torch215"]}
-    from harness.__main__ import parser
+    from harness.cli.options import parser
     assert set(commands) == set(parser()._subparsers._group_actions[0].choices)  # every command
     for name, args in commands.items():
         done = subprocess.run([str(bare / "bin" / "python"), "-m", "harness", name, *args], cwd=tmp_path,

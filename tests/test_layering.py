@@ -1,7 +1,7 @@
 """The harness's folders show its runtimes, and every import points down: harness/core (each concept's
 single home) imports nothing else of the harness; harness/plugin (in a session's venv), harness/report
 and harness/tools (offline) import only core and their own folder; the command line
-(harness/__main__.py) imports any of them. And no import cycle, of two modules or more.
+(harness/__main__.py and harness/cli) imports any of them. And no import cycle, of two modules or more.
 
 Read from the sources with ast (every import, those inside functions too), so that a new import that
 breaks a rule fails here; the checker itself is tried on a planted package first."""
@@ -14,6 +14,7 @@ import pathlib
 from harness.core.paths import ROOT
 
 RUNTIMES = ("plugin", "report", "tools")  # each may import core and itself, nothing else
+COMMAND_LINE = ("__main__", "cli")  # over every folder: may import any
 
 
 def module_name(path: pathlib.Path, root: pathlib.Path) -> str:
@@ -55,7 +56,7 @@ def import_graph(root: pathlib.Path, package: str = "harness") -> dict[str, set[
 
 
 def folder(module: str) -> str:
-    """`core`, `plugin`, `report`, `tools`, `__main__`, or `` for the package's own __init__."""
+    """`core`, `plugin`, `report`, `tools`, `cli`, `__main__`, or `` for the package's own __init__."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 
@@ -66,7 +67,7 @@ def upward(graph: dict[str, set[str]]) -> list[str]:
     for module, targets in graph.items():
         source = folder(module)
         for target in sorted(targets):
-            allowed = (source == "__main__" or (source in ("core", *RUNTIMES) and folder(target) in ("core", source)))
+            allowed = (source in COMMAND_LINE or (source in ("core", *RUNTIMES) and folder(target) in ("core", source)))
             if not allowed:
                 found.append(f"{module} -> {target}")
     return found
@@ -122,18 +123,21 @@ def test_the_checker_finds_an_upward_import_a_cross_runtime_import_and_a_circle(
         "harness/plugin/runner.py": "from harness.core import paths\nfrom . import isolation\n",
         "harness/plugin/isolation.py": "import harness.plugin.runner\n",  # a circle of two
         "harness/tools/bisect.py": "from harness.plugin.runner import something\nfrom harness.core.paths import ROOT\n",
-        "harness/__main__.py": "from harness.tools import bisect\n",
+        "harness/tools/sweep.py": "from harness.cli import commands\n",  # a tool reaching up into the command line
+        "harness/cli/__init__.py": "", "harness/cli/commands.py": "from harness.tools import bisect\n",
+        "harness/__main__.py": "from harness.tools import bisect\nfrom harness.cli import commands\n",
     })
     graph = import_graph(root)
     assert graph["harness.plugin.runner"] == {"harness.core.paths", "harness.plugin.isolation"}
     assert upward(graph) == ["harness.core.paths -> harness.plugin.recorder",
-                             "harness.tools.bisect -> harness.plugin.runner"]
+                             "harness.tools.bisect -> harness.plugin.runner",
+                             "harness.tools.sweep -> harness.cli.commands"]
     assert cycles(graph) == [["harness.plugin.isolation", "harness.plugin.runner"]]
 
 
 def test_every_import_of_the_harness_points_down_and_none_goes_round():
     graph = import_graph(ROOT)
-    assert {folder(m) for m in graph} == {"", "core", "plugin", "report", "tools", "__main__"}
+    assert {folder(m) for m in graph} == {"", "core", "plugin", "report", "tools", "cli", "__main__"}
     assert ("harness.tools.targets" in graph["harness.tools.bisect"]
             and "harness.core.records" in graph["harness.report.analysis"])
     assert upward(graph) == []
