@@ -50,7 +50,7 @@ def finding_one() -> findings.Finding:
 
 def regression_source(finding: findings.Finding) -> str:
     assert finding.fix_path is not None
-    return (finding.fix_path.parent / f"test_{finding.stem}.py").read_text()
+    return finding.regression_test_path.read_text()
 
 
 def test_a_regression_test_joins_its_neighbours_class_with_its_helpers_and_imports(tmp_path):
@@ -244,7 +244,7 @@ def test_a_patch_carries_what_its_fix_changes_in_its_neighbours_expectations():
     # the committed patch holds those lines, and one without them is said.
     finding = next(finding for finding in findings.load() if finding.number == 3)
     assert finding.fix_path is not None
-    neighbours = (finding.fix_path.parent / f"{finding.stem}.neighbours.diff").read_text()
+    neighbours = finding.neighbours_path.read_text()
     patch = finding.patch_path.read_text()
     expected = ('+            """invoke_subgraph(Any subgraph, str identifier, Tensor arg0, Tensor arg1) '
                 '-> ((Tensor))""",')

@@ -38,12 +38,12 @@ def sections(finding: Finding) -> str:
         said = (f"One patch, the fix and its regression test in `{where.file}` ({place}). "
                 f"{against.replace(chr(10), ' ')} With it the script above passes, and so do the tests it adds, "
                 "which fail without it.")
-        if (finding.fix_path.parent / f"{finding.stem}.neighbours.diff").is_file():
+        if finding.neighbours_path is not None:
             said += (" It also changes what some of their neighbours there expect to be printed (graphs, schemas), "
                      "which the fix changes; they pass with it and fail without it.")
         lines += ["### Proposed fix", "", said, "", fence(diff, "diff"), ""]
     elif finding.fix_path:
-        test = finding.fix_path.parent / f"test_{finding.stem}.py"
+        test = finding.regression_test_path
         lines += ["### Proposed fix", "",
                   f"Against torch {matrix.main_session().torch}; with it the script above passes, and so does this "
                   "regression test, which fails without it.", "",

@@ -74,9 +74,21 @@ class Finding:
         return path if path.is_file() else None
 
     @property
+    def regression_test_path(self) -> pathlib.Path:
+        """The fix's regression test, in PyTorch's style (fixes/test_SCRIPT.py)."""
+        return FIXES / f"test_{self.stem}.py"
+
+    @property
     def patch_path(self) -> pathlib.Path:
         """The fix and its regression test as one patch against upstream (fixes/SCRIPT.patch)."""
         return FIXES / f"{self.stem}.patch"
+
+    @property
+    def neighbours_path(self) -> pathlib.Path | None:
+        """What the fix changes in its upstream neighbours' expectations (fixes/SCRIPT.neighbours.diff: the
+        graphs or schemas they print), where it changes any."""
+        path = FIXES / f"{self.stem}.neighbours.diff"
+        return path if path.is_file() else None
 
     def holds(self, card: dict) -> bool:
         return bool(self.signature.search(card["signature"])) and any(
@@ -93,7 +105,7 @@ class Finding:
                 "cause": self.cause,
                 # a proposed fix and the test that guards it (fixes/check.py checks both against a torch)
                 "fix": f"results/reductions/fixes/{stem}.diff" if has_fix else None,
-                "regression_test": f"results/reductions/fixes/test_{stem}.py" if has_fix else None,
+                "regression_test": f"results/reductions/fixes/{self.regression_test_path.name}" if has_fix else None,
                 # the two as one patch for upstream, the test among its neighbours (harness.report.upstream_patch)
                 "patch": f"results/reductions/fixes/{self.patch_path.name}" if has_fix and self.patch_path.is_file()
                 else None}

@@ -169,7 +169,7 @@ def check(sessions: list[str], row_python: RowPython, run_file: RunFile, python:
         print(f"== {spec.name} ({interpreter})", file=out)
         with tempfile.TemporaryDirectory(prefix="harness-regressions-") as work:
             for finding in found:
-                test_file = catalogue.FIXES / f"test_{finding.stem}.py"
+                test_file = finding.regression_test_path
                 on_row = finding_on_row(finding, cases)
                 for held in hold(finding, run_file(interpreter, test_file, pathlib.Path(work)), cases, spec.torch):
                     disagreements += not held.agrees

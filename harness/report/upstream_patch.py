@@ -351,10 +351,9 @@ def check_patch(finding, upstream: pathlib.Path | None, torch: ReleasedTorch | N
     where, fix = finding.upstream_test, finding.fix_path
     if where is None or fix is None:
         return []
-    test_source = (fix.parent / f"test_{finding.stem}.py").read_text(encoding="utf-8")
+    test_source = finding.regression_test_path.read_text(encoding="utf-8")
     fix_diff = fix.read_text(encoding="utf-8")
-    neighbours_path = fix.parent / f"{finding.stem}.neighbours.diff"
-    neighbours = neighbours_path.read_text(encoding="utf-8") if neighbours_path.is_file() else ""
+    neighbours = finding.neighbours_path.read_text(encoding="utf-8") if finding.neighbours_path else ""
     stored = where.stored(upstream) if upstream else None
     if stored is not None and stored.is_file() and torch is not None:
         made = patch_text(fix_diff, test_source, where, stored.read_text(encoding="utf-8"), torch.version, torch.commit,
