@@ -203,6 +203,17 @@ def lightning_newest(args) -> int:
     return lightning_releases.command(args)
 
 
+def ambient(args) -> int:
+    from harness.core import matrix
+    from harness.tools import ambient as surveying
+
+    for name in args.sessions:
+        matrix.find(name)  # an unknown session, before any venv is looked at
+    if args.python and len(args.sessions) != 1:
+        raise BadInput("--python surveys one interpreter: name its one SESSION")
+    return surveying.command(args)
+
+
 def explore_summary(args) -> int:
     """Prints (and appends to $GITHUB_STEP_SUMMARY) what an explore run found; 0 whatever it found."""
     from harness.report import explore

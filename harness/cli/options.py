@@ -182,6 +182,13 @@ def parser() -> argparse.ArgumentParser:
     lit.add_argument("--write", action="store_true", help="record the resolved values in the table")
     lit.add_argument("--matrix", help=argparse.SUPPRESS)  # another table (the tests'); default the matrix's
     lit.set_defaults(func=commands.lightning_newest)
+    amb = subparsers.add_parser("ambient", help="the global states each torch row lets a user set (its setters, "
+                                "found in its own namespace, each value tried and restored), written to "
+                                "results/ambient/ and printed across the rows")
+    amb.add_argument("sessions", nargs="*", metavar="SESSION", help="the rows (default: each plain CPU row)")
+    amb.add_argument("--python", help="the interpreter to survey, for one SESSION (default: its venv, which "
+                     "`nox -s SESSION --install-only` builds)")
+    amb.set_defaults(func=commands.ambient)
     gpu = subparsers.add_parser("gpu", add_help=False, help="a CUDA row on a GPU machine, step by step: wheels, "
                               "preflight, row, alone, cpu-cells (python -m harness gpu -h)")
     gpu.add_argument("step_args", nargs=argparse.REMAINDER)
