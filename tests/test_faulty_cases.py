@@ -276,7 +276,8 @@ def test_a_missing_dependency_is_one_line_for_every_command(tmp_path):
     commands = {"check-env": ["cuda12_torch25"], "report": [], "repro": ["checkpoint/x"],
                 "bisect": ["checkpoint/x"], "sweep": ["checkpoint/x"], "reduce": ["checkpoint/x", "--session", "s"],
                 "lightning-newest": [], "explore-summary": [], "run": ["cpu_torch25"], "stale": [], "findings": [],
-                "regressions": ["cpu_torch215"], "gpu": ["preflight", "cuda13_torch211"], "explore": ["cpu_torch215"]}
+                "regressions": ["cpu_torch215"], "gpu": ["preflight", "cuda13_torch211"], "explore": ["cpu_torch215"],
+                "ambient": ["cpu_torch215"]}
     from harness.cli.options import parser
     assert set(commands) == set(parser()._subparsers._group_actions[0].choices)  # every command
     for name, args in commands.items():
