@@ -50,15 +50,9 @@ import contextlib, functools, sys
 sys.path.insert(0, {str(paths.ROOT / "cases")!r})
 import torch
 from programs import ambient
+from programs.recompile import HELPERS
 
-@contextlib.contextmanager
-def switched(set_to, get, value):
-    before = get()
-    set_to(value)
-    try:
-        yield
-    finally:
-        set_to(before)
+exec(HELPERS["switched"])  # the helper a recompile program defines
 
 setter = next(s for s in ambient.survey()["setters"] if s["name"] == "torch.backends.mkldnn.enabled")
 with eval(ambient.Setter(**{{**setter, "values": tuple(setter["values"])}}).entered("False")):
