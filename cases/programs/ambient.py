@@ -154,6 +154,11 @@ def _snapshot(getters: list) -> list:
     return [*states, torch._C._len_torch_function_stack()]
 
 
+def _said(error: Exception) -> str:
+    """An error as its type and its first line (none where it says nothing)."""
+    return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+
+
 def probe(name: str, set_source: str, get_source: str | None, others: list) -> Setter:
     """One setter's values, each tried and restored; `others`: every getter, read before and after."""
     if get_source is None:
@@ -174,14 +179,14 @@ def probe(name: str, set_source: str, get_source: str | None, others: list) -> S
         try:
             set_to(value)
         except Exception as error:  # noqa: BLE001 (a value this setter refuses is not drawn)
-            refusals.append(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+            refusals.append(_said(error))
             continue
         read = get()
         try:
             set_to(before)
         except Exception as error:  # noqa: BLE001
             return Setter(name, set_source, get_source,
-                          left_out=f"cannot be restored: {type(error).__name__}: {str(error).splitlines()[0]}")
+                          left_out=f"cannot be restored: {_said(error)}")
         if _snapshot(others) != reference:
             return Setter(name, set_source, get_source, left_out=f"setting it to {value!r} and back leaves a trace "
                                                                  "(a getter or the mode stack reads otherwise)")
