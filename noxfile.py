@@ -117,8 +117,11 @@ def tests(session: nox.Session) -> None:
     # ... and every test's time, in a JUnit file beside the tests venv, to sum by file or by fixture.
     junit = [] if any(a.startswith(("--junitxml", "--junit-xml")) for a in args) else \
         [f"--junitxml={os.path.join(session.virtualenv.location, 'suite-junit.xml')}"]
+    # A passing test's temporary folder goes at its end: the workflow tests' act caches hold a torch
+    # venv each (5 GB), and kept to the run's end they fill a disk that holds other work.
+    retention = ["-o", "tmp_path_retention_policy=failed"]
     session.run("python", "-m", "pytest", *([] if pytestrun.targets_in(args) else ["tests/"]), *spread, *durations,
-                *junit, *args)
+                *junit, *retention, *args)
     # What a fresh clone's `nox` would measure again: reported here, never a failure of the suite.
     session.run("python", "-m", "harness", "stale")
 

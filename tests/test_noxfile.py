@@ -115,6 +115,28 @@ def test_a_mistyped_test_file_stops_the_tests_session_before_it_installs(tmp_pat
     assert "uv pip install" not in result.stderr
 
 
+PASSING_AND_FAILING = """
+def test_passes(tmp_path):
+    (tmp_path / "written").write_text("a passing test's file")
+
+def test_fails(tmp_path):
+    (tmp_path / "written").write_text("a failing test's file")
+    assert False, "planted"
+"""
+
+
+def test_the_tests_session_removes_a_passing_tests_folder_and_keeps_a_failing_ones(tmp_path):
+    # The suite's workflow tests leave a torch venv each in their folder: kept to the run's end, they
+    # filled CI's disk (pytest's "could not create numbered dir" in every test after).
+    planted, basetemp = tmp_path / "test_planted.py", tmp_path / "basetemp"
+    planted.write_text(PASSING_AND_FAILING)
+    result = nox("-R", "-s", "tests", "--", str(planted), "-n", "0", "-p", "no:cacheprovider",
+                 f"--basetemp={basetemp}", f"--junitxml={tmp_path / 'junit.xml'}")
+    assert result.returncode != 0 and "1 failed, 1 passed" in result.stdout, result.stdout[-3000:]
+    assert not (basetemp / "test_passes0").exists(), sorted(p.name for p in basetemp.iterdir())
+    assert (basetemp / "test_fails0" / "written").is_file(), sorted(p.name for p in basetemp.iterdir())
+
+
 def test_a_mistyped_case_file_stops_a_case_session_before_it_installs(tmp_path):
     session = matrix.main_session().name
     result = nox("-s", session, "--envdir", str(tmp_path / "envs"), "--", "cases/test_nope.py::test_x")
