@@ -1,11 +1,12 @@
 """Recompiles on purpose: the same compiled code meets another ambient state, and compiles again.
 
 One op of torch's OpInfo database (cases/programs/op_programs.py) is compiled once and called under
-a drawn sequence of 2-3 ambient states (cases/programs/recompile.py): autocast enabled (bf16 or
-fp16) or disabled, `no_grad`, `inference_mode`, the default dtype float64,
-`set_float32_matmul_precision("high"/"medium")`, `torch.backends` flags (mkldnn; cudnn on CUDA),
-deterministic algorithms, a pass-through TorchFunctionMode or TorchDispatchMode entered, its inputs
-cast to float64, without requires_grad (or on the CPU, from CUDA). Dynamo recompiles on its guards
+a drawn sequence of 2-3 ambient states (cases/programs/recompile.py): every global setter this torch
+offers at each value it takes, surveyed from torch's own namespace (cases/programs/ambient.py: the
+`torch.set_*`/`use_*`/`enable_*` switches with a getter, per-device ones such as autocast's dtype, the
+`torch.backends` flags), entered as a state `SETTER=VALUE`; and autocast entered (bf16 or fp16) or
+disabled, `no_grad`, `inference_mode`, a pass-through TorchFunctionMode or TorchDispatchMode entered,
+its inputs cast to float64, without requires_grad (or on the CPU, from CUDA). Dynamo recompiles on its guards
 with inductor's and AOTAutograd's caches warm in memory, warm on disk (a first pass compiles every
 state; a second Python process, same cache directory, nothing in memory, runs the states again in
 reverse, served from the on-disk caches: drawn for inductor, the one backend whose compiles are kept
@@ -20,7 +21,9 @@ compile only (seeded alike). A failure names the state, the cache mode, the call
 `after a recompile under <state> (cache memory): compiled against a fresh compile, first call: ...`.
 
 What each case records: the property's examples and every failing one's script
-(`metrics.property`), the op, its class and its oracle.
+(`metrics.property`), the op, its class and its oracle; and what its examples drew
+(`metrics.property.drawn`: how many times each state and each cache mode, the way the compiled code met
+the changed state), beside how many states this torch offered (`states_offered`).
 """
 
 import dataclasses
@@ -32,7 +35,7 @@ from harness.plugin.properties import explore
 from programs.op_programs import check_op_program
 from programs.opcall import OpCall, op_calls
 from programs.opinfo import about, need_op_db
-from programs.recompile import RecompileOpProgram, caches_for, recompile_op_programs
+from programs.recompile import RecompileOpProgram, caches_for, recompile_op_programs, state_names
 from shared_declarations import FULLGRAPH_REFUSES_GRAPH_BREAK
 
 NO_GPU = "no CUDA device: torch.cuda.is_available() is False"
@@ -46,13 +49,16 @@ PINNED_RECOMPILE_OP = [
     # not be served for the second (seen on the GPU as bf16 cells computing in fp16)
     RecompileOpProgram(OpCall("mm"), states=("autocast_bf16", "autocast_fp16"), cache="memory"),
     # grad mode and the default dtype, then back to the first state, served from the disk caches
-    RecompileOpProgram(OpCall("sin"), states=("no_grad", "default_float64", "no_grad"), cache="disk"),
+    RecompileOpProgram(OpCall("sin"), states=("no_grad", "torch.set_default_dtype=torch.float64", "no_grad"),
+                       cache="disk"),
 ]
 
 
 # What the same compiled code gives after autocast's dtype changed around it: the first dtype's program.
-STALE_AUTOCAST_DTYPE = (r"after a recompile under torch\.autocast\([^)]*\) \(cache \w+\): compiled against "
-                        r"(eager|a fresh compile), \w+ call: The values for attribute 'dtype' do not match")
+# Autocast entered, or switched by its own setters (torch.set_autocast_cpu_enabled=True, ...).
+STALE_AUTOCAST_DTYPE = (r"after a recompile under (torch\.autocast\([^)]*\)|torch\.set_autocast_\w+(\('\w+', \.\.\.\))?"
+                        r"=\S+) \(cache \w+\): compiled against (eager|a fresh compile), \w+ call: "
+                        r"The values for attribute 'dtype' do not match")
 # Dynamo did not guard the ambient autocast state, so nothing recompiled (fixed by pull request
 # pytorch/pytorch#143592): the graph traced under the first dtype runs under the second. From 2.2: torch
 # 2.1's CPU autocast has no float16, so nothing here can show it there (a pass is not a fix).
@@ -74,7 +80,17 @@ def test_property_recompile_op(case, device, backend):
     # ambient states in turn, the caches warm in memory, on disk or off; fullgraph, dynamic shapes,
     # side effects, passed numbers and a second sample drawn too.
     need_op_db()
-    explore(case, "recompile_op", recompile_op_programs(OP_CALLS, device, backend),
-            lambda program: check_op_program(case, program, backend), about=about(),
+    # What the examples drew, counted as each is checked; the record's property carries this dict (the
+    # explore's `about`), filled in by the end of the run.
+    drawn: dict = {"states": {}, "caches": {}}
+
+    def check(program):
+        for kind, names in (("states", program.states), ("caches", [program.cache])):
+            for name in names:
+                drawn[kind][name] = drawn[kind].get(name, 0) + 1
+        check_op_program(case, program, backend)
+
+    explore(case, "recompile_op", recompile_op_programs(OP_CALLS, device, backend), check,
+            about={**about(), "states_offered": len(state_names(device)), "drawn": drawn},
             pinned=[dataclasses.replace(program, device=device) for program in PINNED_RECOMPILE_OP
                     if program.cache in caches_for(backend)])

@@ -69,6 +69,11 @@ def test_the_scheduled_nightly_reaches_its_report(tmp_path, toolcache):
     cases = [r for r in records if r["kind"] == "case"]
     assert [r["case"] for r in cases] == ["recompile/property_recompile_op[cpu-eager]"]  # narrowed by the variable
     assert any(r["outcome"] not in ("skip",) and not r.get("reused") for r in cases), "nothing really ran"
+    # what the cell's examples drew: 2-3 states each (this torch's setters among what it offers), a cache mode
+    explored = cases[0]["metrics"]["property"]
+    assert sum(explored["drawn"]["caches"].values()) == explored["examples_run"] > 0, explored
+    assert 2 * explored["examples_run"] <= sum(explored["drawn"]["states"].values()) <= 3 * explored["examples_run"]
+    assert explored["states_offered"] > 40, explored  # torch 2.15's setters at their values, and the written ones
 
     report = json.loads((run.artifact("report", tmp_path / "report") / "report.json").read_text())
     assert [s["name"] for s in report["sessions"]] == [NEWEST]

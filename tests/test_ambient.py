@@ -43,25 +43,33 @@ def test_a_setter_that_cannot_be_restored_is_left_out_with_the_reason(surveyed):
 
 
 def test_a_drawn_setter_sets_and_restores_in_a_script(tmp_path):
-    """What a program enters (Setter.entered, with recompile's `switched`) sets the state and restores it."""
+    """What a program enters (Setter.entered, with recompile's helpers) sets the state inside and restores
+    it after: a backends flag through its module's flags(), where torch's test utilities (loaded with the op
+    database) forbid setting it otherwise, the module's other flags left as they were."""
     script = tmp_path / "entered.py"
     script.write_text(f"""
-import contextlib, functools, sys
+import contextlib, functools, inspect, sys
 sys.path.insert(0, {str(paths.ROOT / "cases")!r})
 import torch
 from programs import ambient
 from programs.recompile import HELPERS
 
-exec(HELPERS["switched"])  # the helper a recompile program defines
+exec(HELPERS["switched"])  # the helpers a recompile program defines
+exec(HELPERS["flag_set"])
 
-setter = next(s for s in ambient.survey()["setters"] if s["name"] == "torch.backends.mkldnn.enabled")
-with eval(ambient.Setter(**{{**setter, "values": tuple(setter["values"])}}).entered("False")):
-    inside = torch.backends.mkldnn.enabled
-print(inside, torch.backends.mkldnn.enabled)
+setters = {{s.name: s for s in map(ambient.Setter.from_dict, ambient.survey()["setters"])}}
+torch.backends.cudnn.benchmark = True  # another flag of the module, off its default
+torch.backends.disable_global_flags()  # what torch.testing._internal.common_utils does at import
+with eval(setters["torch.backends.cudnn.enabled"].entered("False")):
+    print(torch.backends.cudnn.enabled, torch.backends.cudnn.benchmark)
+print(torch.backends.cudnn.enabled, torch.backends.cudnn.benchmark)
+with eval(setters["torch.set_float32_matmul_precision"].entered("'medium'")):
+    print(torch.get_float32_matmul_precision())
+print(torch.get_float32_matmul_precision())
 """)
     done = subprocess.run([sys.executable, "-W", "ignore", str(script)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["False", "True"]
+    assert done.stdout.split() == ["False", "True", "True", "True", "medium", "highest"]
 
 
 def test_the_command_writes_each_rows_survey_and_prints_the_table(tmp_path):

@@ -49,14 +49,24 @@ class Setter:
     get_source: str  # a callable of none, as source: "torch.get_float32_matmul_precision"
     values: tuple = ()  # each a value's source (repr), other than the default
     left_out: str | None = None  # why it is not drawn
+    # A backends module's flag its flags() context manager sets: (the module's source, the flag's name).
+    # Torch's test utilities, which load the op database, forbid setting such a flag any other way.
+    flag: tuple = ()
 
     def entered(self, value: str) -> str:
         """A context manager's source that sets it to `value` inside and restores it after (a script
-        defines `switched`: cases/programs/recompile.py's HELPERS)."""
+        defines `switched` and `flag_set`: cases/programs/recompile.py's HELPERS)."""
+        if self.flag:
+            module, name = self.flag
+            return f"flag_set({module}, {name!r}, {value})"
         return f"switched({self.set_source}, {self.get_source}, {value})"
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, found: dict) -> Setter:
+        return cls(**{**found, "values": tuple(found["values"]), "flag": tuple(found.get("flag", ()))})
 
 
 def namespaces() -> list[tuple[str, object]]:
@@ -111,6 +121,18 @@ def _attribute_pairs(where: str, namespace) -> list[tuple[str, str, str | None]]
             for name, descriptor in sorted(vars(type(namespace)).items())
             if not name.startswith("_") and hasattr(descriptor, "__set__") and hasattr(descriptor, "__get__")
             and not isinstance(descriptor, property)]  # a property here is read-only facts (available_dsls)
+
+
+def _flags(where: str, namespace) -> dict[str, tuple[str, str]]:
+    """By setter name: the flags a backends module's flags() context manager takes (cudnn's, mkldnn's)."""
+    flags = getattr(namespace, "flags", None)
+    if where == "torch" or not callable(flags):
+        return {}
+    try:
+        taken = inspect.signature(flags).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {f"{where}.{name}": (where, name) for name in taken if hasattr(namespace, name)}
 
 
 def _resolve(source: str):
@@ -200,12 +222,15 @@ def probe(name: str, set_source: str, get_source: str | None, others: list) -> S
 
 def survey() -> dict:
     """Every setter of this torch: drawn (with its values) or left out (with why)."""
-    pairs = [pair for where, namespace in namespaces()
+    found = namespaces()
+    pairs = [pair for where, namespace in found
              for pair in (*_function_pairs(where, namespace), *_attribute_pairs(where, namespace))]
+    flags = {name: flag for where, namespace in found for name, flag in _flags(where, namespace).items()}
     getters = [_resolve(get) for _, _, get in pairs if get is not None]
     with warnings.catch_warnings():  # the deprecated setters say so at every call: still a user's switches
         warnings.simplefilter("ignore")
-        setters = [probe(name, set_source, get_source, getters) for name, set_source, get_source in pairs]
+        setters = [dataclasses.replace(probe(name, set_source, get_source, getters), flag=flags.get(name, ()))
+                   for name, set_source, get_source in pairs]
     return {"torch": torch.__version__, "setters": [s.as_dict() for s in setters]}
 
 

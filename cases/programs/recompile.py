@@ -1,7 +1,9 @@
 """Programs that compile one op's function again and again in one run: the same code meets a
-sequence of ambient states (autocast, grad mode, default dtype, precision flags, an entered mode,
-its inputs' dtype or requires_grad, ...) with Dynamo's, inductor's and AOTAutograd's caches warm in
-memory, warm on disk, or off.
+sequence of ambient states with Dynamo's, inductor's and AOTAutograd's caches warm in memory, warm on
+disk, or off. The states: every global setter this torch offers at each value it takes, surveyed from
+its own namespace (cases/programs/ambient.py: default dtype, matmul precision, autocast's settings,
+deterministic algorithms, the backends' flags, ...), and those no setter reaches (autocast or grad mode
+entered, a mode entered, the inputs' dtype or requires_grad).
 
 The script (a plain-torch one, as every op program's, cases/programs/op_programs.py) calls one
 compiled function under each state in turn, then judges each state's results twice: against eager
@@ -14,9 +16,15 @@ the same numbers, whatever was compiled before it).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
+import pathlib
+import subprocess
+import sys
 
 from hypothesis import strategies as st
 
+from programs.ambient import Setter
 from programs.op_programs import RUN, OpProgram, common_knobs
 from programs.opinfo import DEFAULT_TOLERANCES
 
@@ -31,15 +39,6 @@ STATES = {
     "autocast_disabled": ("torch.autocast({device!r}, enabled=False)", SAME, None),
     "no_grad": ("torch.no_grad()", SAME, None),
     "inference_mode": ("torch.inference_mode()", SAME, None),
-    "default_float64": ("switched(torch.set_default_dtype, torch.get_default_dtype, torch.float64)", SAME, None),
-    # "high" and "medium" let a float32 matmul compute in TF32 or bfloat16 where the backend can
-    "matmul_high": ("switched(torch.set_float32_matmul_precision, torch.get_float32_matmul_precision, 'high')",
-                    SAME, "float16"),
-    "matmul_medium": ("switched(torch.set_float32_matmul_precision, torch.get_float32_matmul_precision, 'medium')",
-                      SAME, "bfloat16"),
-    "mkldnn_off": ("torch.backends.mkldnn.flags(enabled=False)", SAME, None),
-    "deterministic": ("switched(torch.use_deterministic_algorithms, torch.are_deterministic_algorithms_enabled, True)",
-                      SAME, None),
     "function_mode": ("PassThroughFunctionMode()", SAME, None),
     "dispatch_mode": ("PassThroughDispatchMode()", SAME, None),
     "float64_inputs": ("contextlib.nullcontext()",
@@ -50,10 +49,42 @@ STATES = {
                          "lambda inputs: [x.detach() if torch.is_tensor(x) else x for x in inputs]", None),
 }
 CUDA_STATES = {
-    "cudnn_off": ("torch.backends.cudnn.flags(enabled=False)", SAME, None),
     "cpu_inputs": ("contextlib.nullcontext()", "lambda inputs: [x.cpu() if torch.is_tensor(x) else x for x in inputs]",
                    None),
 }
+# Besides these, every setter this torch offers at each value it takes (cases/programs/ambient.py's
+# survey of torch's own namespace): a state "SETTER=VALUE", entered by `switched` or `flag_set`.
+SURVEY = pathlib.Path(__file__).with_name("ambient.py")
+SURVEY_TIMEOUT = 300  # seconds: importing torch and each backend, then a few hundred sets and restores
+# A setter may lower the precision a program computes in (matmul precision "medium": bfloat16), and which
+# one does is not in its name: eager against compiled is judged at bfloat16's tolerances under each one, or
+# at those of the dtype its value names. The fresh compile under the same state stays exact.
+SETTER_TOLERANCES = "bfloat16"
+
+
+@functools.cache
+def surveyed_setters() -> tuple[Setter, ...]:
+    """This torch's setters, surveyed in a process of its own (the survey changes process state while it
+    runs, and a setter that cannot be restored changes it for good): once a process."""
+    done = subprocess.run([sys.executable, "-W", "ignore", str(SURVEY)], capture_output=True, text=True,
+                          timeout=SURVEY_TIMEOUT)
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise RuntimeError(f"the ambient survey ({SURVEY.name}) failed: {said}")
+    return tuple(Setter.from_dict(found) for found in json.loads(done.stdout)["setters"])
+
+
+def setter_states() -> dict[str, tuple[str, str, str | None]]:
+    """Every surveyed setter at each of its values, as STATES' entries."""
+    states = {}
+    for setter in surveyed_setters():
+        for value in () if setter.left_out else setter.values:
+            named = value[len("torch."):] if value.startswith("torch.") else None
+            lower = named if named in DEFAULT_TOLERANCES else SETTER_TOLERANCES
+            states[f"{setter.name}={value}"] = (setter.entered(value), SAME, lower)
+    return states
+
+
 # What a state the script names needs defined first (only what its states use is written).
 HELPERS = {
     "switched": '''\
@@ -67,6 +98,15 @@ def switched(set_to, get, value):
     finally:
         set_to(before)
 ''',
+    "flag_set": '''\
+@contextlib.contextmanager
+def flag_set(module, name, value):
+    """One flag of a torch.backends module set to `value` inside, restored after, through the module's
+    flags() (torch's test utilities forbid setting it otherwise); its other flags kept as they are."""
+    current = {flag: getattr(module, flag) for flag in inspect.signature(module.flags).parameters}
+    with module.flags(**{**current, name: value}):
+        yield
+''',
     "PassThroughFunctionMode": '''\
 class PassThroughFunctionMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -78,7 +118,8 @@ class PassThroughDispatchMode(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 ''',
 }
-HELPER_IMPORTS = {"PassThroughFunctionMode": "from torch.overrides import TorchFunctionMode",
+HELPER_IMPORTS = {"flag_set": "import inspect",
+                  "PassThroughFunctionMode": "from torch.overrides import TorchFunctionMode",
                   "PassThroughDispatchMode": "from torch.utils._python_dispatch import TorchDispatchMode"}
 CACHES = ("memory", "disk", "off")
 
@@ -183,12 +224,18 @@ class RecompileOpProgram(OpProgram):
     cache: str = "memory"
 
     def state(self, name: str) -> tuple[str, str, str | None]:
-        context, transform, dtype = {**STATES, **CUDA_STATES}[name]
+        written = {**STATES, **CUDA_STATES}
+        if name not in written:  # a setter's (surveyed only where a program draws one)
+            return setter_states()[name]
+        context, transform, dtype = written[name]
         return context.format(device=self.device), transform, dtype
 
     def label(self, name: str) -> str:
-        """How messages name a state: what the script enters, or what it does to the inputs."""
+        """How messages name a state: what the script enters, or what it does to the inputs; a setter's
+        by its name and value."""
         context, _, _ = self.state(name)
+        if name not in STATES and name not in CUDA_STATES:
+            return name
         return name.replace("_", " ") if context == "contextlib.nullcontext()" else context
 
     def state_tolerances(self, name: str) -> dict:
@@ -205,7 +252,8 @@ class RecompileOpProgram(OpProgram):
 
     def imports(self) -> list[str]:
         second_process = ["import sys"] if self.cache == "disk" else []
-        return ["import contextlib", *second_process, "import torch", "import torch._dynamo",
+        partial = ["import functools"] if any("functools." in self.state(n)[0] for n in self.states) else []
+        return ["import contextlib", *partial, *second_process, "import torch", "import torch._dynamo",
                 "import torch._functorch.config", "import torch._inductor.config",
                 *(HELPER_IMPORTS[h] for h in self.helpers() if h in HELPER_IMPORTS)]
 
@@ -255,7 +303,7 @@ class RecompileOpProgram(OpProgram):
 
 
 def state_names(device: str) -> list[str]:
-    return sorted(STATES) + (sorted(CUDA_STATES) if device == "cuda" else [])
+    return sorted(STATES) + (sorted(CUDA_STATES) if device == "cuda" else []) + sorted(setter_states())
 
 
 def no_repeat_in_a_row(states) -> bool:
