@@ -196,6 +196,34 @@ def test_a_regression_file_that_cannot_be_collected_is_no_failed_test(tmp_path):
         "test_passes": "passed", "test_fails": "failed", "test_skipped": "skipped"}
 
 
+HEADER_DIR_PROBE = """import os
+import pathlib
+import tempfile
+
+from torch._inductor import codecache
+
+
+def test_where_inductor_keeps_its_precompiled_headers():
+    here = pathlib.Path(__file__).parent
+    (here / "where.txt").write_text(os.path.realpath(codecache._HEADER_DIR) + "\\n" + tempfile.gettempdir())
+"""
+
+
+def test_regression_files_share_inductors_precompiled_headers_and_keep_their_temporary_directories(tmp_path):
+    # Where torch itself (its default_cache_dir(), under each file's TMPDIR) puts the headers, read in two
+    # files' runs: one folder of the run for both; every other temporary file in the file's own directory.
+    from harness.tools import testfile
+
+    work = tmp_path / "work"
+    for name in ("test_found_first.py", "test_found_second.py"):
+        (tmp_path / name).write_text(HEADER_DIR_PROBE)
+        assert testfile.run_file(pathlib.Path(sys.executable), tmp_path / name, work) == {
+            "test_where_inductor_keeps_its_precompiled_headers": "passed"}
+        headers, temporary = (work / pathlib.Path(name).stem / "where.txt").read_text().splitlines()
+        assert headers == str((work / testfile.PRECOMPILED_HEADERS).resolve())
+        assert pathlib.Path(temporary).resolve().is_relative_to((work / pathlib.Path(name).stem).resolve())
+
+
 def project_with_table(target: pathlib.Path) -> pathlib.Path:
     """A copy of the project with the committed table and its reductions, outside git."""
     from tests.conftest import copy_project

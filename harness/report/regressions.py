@@ -4,7 +4,8 @@
 
 For each session (a row of the committed table), every regression test file runs in the row's venv
 (or PYTHON, whose torch must be the row's), each file by pytest in a process of its own, with compile
-caches and a temporary directory of its own, outside the checkout (its pytest settings stay out).
+caches and a temporary directory of its own, outside the checkout (its pytest settings stay out); only
+inductor's precompiled headers of torch's own, global by torch's design, are shared by a row's files.
 Each test is then held to what the table says of that row, as the catalogue says (findings.toml,
 `tests`, by test name):
 - not named: the test runs the table's own program. It fails exactly on the rows where the finding

@@ -3,8 +3,10 @@ tests held to the table (harness.report.regressions, which is handed these two).
 
 from __future__ import annotations
 
+import getpass
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ElementTree
@@ -12,6 +14,7 @@ import xml.etree.ElementTree as ElementTree
 from harness.core import matrix, outputs, venvs
 from harness.core.errors import BadInput
 
+PRECOMPILED_HEADERS = "precompiled_headers"  # torch._inductor.codecache._HEADER_DIR's folder
 FILE_TIMEOUT = 900  # seconds for one test file (the slowest, finding 5's, takes about 60 s on 2 cores)
 
 
@@ -30,6 +33,28 @@ def row_python(spec: matrix.Session, python: str | None) -> pathlib.Path:
     return chosen
 
 
+def share_precompiled_headers(temporary: pathlib.Path, work: pathlib.Path) -> None:
+    """Inductor's precompiled headers (torch 2.8 on) in one folder for every file run under `work`, the
+    rest of each file's temporary directory its own. Torch keeps them in the temporary directory outside
+    its cache directory, global by design: a header is named by the hash of torch's preprocessed headers,
+    its compile command and the compiler, and built only where it is missing. Built for each file, it cost
+    5-15 s of the 20-40 s a file that compiles takes (152 MB each, torch 2.15)."""
+    shared = work / PRECOMPILED_HEADERS
+    shared.mkdir(exist_ok=True)
+    where = temporary / f"torchinductor_{_sanitized_user()}"  # torch's default_cache_dir() under TMPDIR
+    where.mkdir()
+    (where / PRECOMPILED_HEADERS).symlink_to(shared, target_is_directory=True)
+
+
+def _sanitized_user() -> str:
+    """The user name as torch's default_cache_dir() writes it into the folder's name."""
+    try:
+        name = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        name = f"uid_{os.getuid()}"
+    return re.sub(r'[\\/:*?"<>|]', "_", name)
+
+
 def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) -> dict[str, str] | str:
     """Each test of `test_file` by name: passed, failed or skipped; a string where the file could not
     be collected (what it said)."""
@@ -42,6 +67,7 @@ def run_file(python: pathlib.Path, test_file: pathlib.Path, work: pathlib.Path) 
     env.update(TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"), TRITON_CACHE_DIR=str(caches / "triton"),
                TMPDIR=str(caches))
     caches.mkdir()
+    share_precompiled_headers(caches, work)
     code, printed = outputs.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
                                  f"--rootdir={here}", test_file.name], timeout=FILE_TIMEOUT, cwd=here, env=env)
     if code is None:
