@@ -25,6 +25,8 @@ Parts:
             times, and every cell whose outcome differs between the two
   rerun     the session through nox, then again with nothing changed: the second run's wall time, and
             whether its results file is byte-identical to the first's
+  suite     the harness's own suite as CI runs it, `bash .ci/run` in a fresh clone of HEAD (benchmarks/suite.py,
+            which prints its files and tests too): wall, CPU and pytest time
 Targets: warm environment <= 5 s; warm session <= 1/3 of cold; harness overhead < 5 %;
 matrix warm with nothing changed < 60 s in all.
 """
@@ -44,6 +46,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # the checkout, for `harness`
 
+from benchmarks import suite  # noqa: E402
 from harness.core import installs, matrix, paths, pytestrun, records, timings, venvs  # noqa: E402
 from harness.core.paths import ROOT  # noqa: E402
 
@@ -321,6 +324,12 @@ def main() -> None:
             print(f"  a second run, nothing changed            {runs['second run']:7.1f} s  "
                   f"({runs['records']} records; results file byte-identical: {runs['byte-identical']}; "
                   "target < 5 s)")
+        if "suite" in parts:
+            run = figures["suite"] = suite.run_suite(work / "suite-clone")
+            print(f"  suite, bash .ci/run in a fresh clone     {run['wall']:7.1f} s  (exit {run['returncode']}; "
+                  f"pytest {run['pytest'][1] if run['pytest'] else '?'} s; CPU {run['user']:.0f} s user, "
+                  f"{run['system']:.0f} s system; target < 1,500 s)")
+            run.pop("tests")  # the JUnit's hundreds of rows: benchmarks/suite.py prints them
         if "matrix" in parts:
             results = pathlib.Path(args.results).resolve() if args.results else work / "matrix-results"
             runs = figures["matrix"] = matrix_runs(work, results, args.changed_family, args.tag)
