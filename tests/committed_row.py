@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from harness.core import paths, records
-from harness.report import staleness
+from harness.core import paths
+from harness.core.errors import BadInput
+from harness.report import regressions, staleness
 
 FLAKY = "flaky"
 
@@ -21,10 +22,10 @@ def fresh_records(session: str, families: Iterable[str]) -> dict[str, dict] | No
     for row in staleness.stale_rows(table):
         if row.session == session and (staleness.ALL in row.families or wanted & set(row.families)):
             return None
-    path = paths.results_path(session, table)
-    if not path.is_file():
+    try:
+        cases = [r for r in regressions.row_cases(session, table) if r["family"] in wanted]
+    except BadInput:  # the table has no such row
         return None
-    cases = [r for r in records.read(path) if r.get("kind") == "case" and r["family"] in wanted]
     if {r["family"] for r in cases} != wanted:
         return None
     return {r["case"]: r for r in cases}

@@ -163,21 +163,20 @@ def test_real_cases_give_the_same_outcomes_in_either_order(subprocess_env, tmp_p
     pytester = subprocess_env
     pytester.makepyfile(reverse_order=REVERSE)
     selected = "not inductor and not cuda"
-    committed = committed_row.fresh_outcomes(matrix.main_session().name, family_files())  # the tests venv's torch
-    forward = None if committed is None else {
-        case: outcome for case, outcome in committed.items() if "inductor" not in case and "cuda" not in case}
-    outcomes = {}
-    for order, extra in (("forward", []), ("reverse", ["-p", "reverse_order"])):
-        if order == "forward" and forward is not None:
-            continue
+
+    def run(order, *extra):
         out = tmp_path / order
         pytester.runpytest_subprocess(
             "-p", "harness.plugin", *extra, str(ROOT / "cases"), "-k", selected,
             f"--rootdir={ROOT}", f"--results-dir={out}", "--session-name=s", timeout=1200)
-        outcomes[order] = {r["case"]: r["outcome"] for r in records.read(out / "s.jsonl") if r["kind"] == "case"}
-    forward = outcomes.get("forward", forward)
-    assert forward and set(outcomes["reverse"]) == set(forward), set(outcomes["reverse"]) ^ set(forward)
-    assert not (differ := committed_row.disagreements(outcomes["reverse"], forward)), differ
+        return {r["case"]: r["outcome"] for r in records.read(out / "s.jsonl") if r["kind"] == "case"}
+
+    committed = committed_row.fresh_outcomes(matrix.main_session().name, family_files())  # the tests venv's torch
+    forward = run("forward") if committed is None else {
+        case: outcome for case, outcome in committed.items() if "inductor" not in case and "cuda" not in case}
+    reverse = run("reverse", "-p", "reverse_order")
+    assert forward and set(reverse) == set(forward), set(reverse) ^ set(forward)
+    assert not (differ := committed_row.disagreements(reverse, forward)), differ
 
 
 def test_memory_limit_applies_while_cases_run_only(pytester, tmp_path):
