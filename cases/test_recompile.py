@@ -26,11 +26,13 @@ What each case records: the property's examples and every failing one's script
 the changed state), beside how many states this torch offered (`states_offered`).
 """
 
+import contextlib
 import dataclasses
 
 import pytest
 import torch
 
+from harness.plugin.casekit import max_abs_diff
 from harness.plugin.properties import explore
 from programs.op_programs import check_op_program
 from programs.opcall import OpCall, op_calls
@@ -94,3 +96,70 @@ def test_property_recompile_op(case, device, backend):
             about={**about(), "states_offered": len(state_names(device)), "drawn": drawn},
             pinned=[dataclasses.replace(program, device=device) for program in PINNED_RECOMPILE_OP
                     if program.cache in caches_for(backend)])
+
+
+# SDPA's backend switches (torch.backends.cuda.enable_*_sdp, read on the CPU too) pick the kernel
+# scaled_dot_product_attention runs. Eagerly they are read at each call; AOTAutograd reads them when it
+# traces and puts the chosen backend's own op into the graph, so a compiled function must recompile when
+# they change, as it does for grad mode or the default dtype.
+FUSED_SDPA_BACKENDS = ("flash", "mem_efficient", "cudnn")
+
+
+@contextlib.contextmanager
+def fused_sdpa_switched_off():
+    """Every fused SDPA backend this torch has switched off, the math one left on; restored after."""
+    cuda = torch.backends.cuda
+    names = [name for name in FUSED_SDPA_BACKENDS if hasattr(cuda, f"enable_{name}_sdp")]
+    before = {name: getattr(cuda, f"{name}_sdp_enabled")() for name in names}
+    try:
+        for name in names:
+            getattr(cuda, f"enable_{name}_sdp")(False)
+        yield
+    finally:
+        for name, enabled in before.items():
+            getattr(cuda, f"enable_{name}_sdp")(enabled)
+
+
+@contextlib.contextmanager
+def compile_caches_off():
+    """Inductor's FX graph cache and AOTAutograd's cache off, where this torch has them: a fresh compile
+    must not be served what the first one compiled."""
+    with contextlib.ExitStack() as stack:
+        for config, flag in ((torch._inductor.config, "fx_graph_cache"),
+                             (torch._functorch.config, "enable_autograd_cache")):
+            if hasattr(config, flag):
+                stack.enter_context(config.patch(**{flag: False}))
+        yield
+
+
+def attend(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_no_cuda)])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_sdpa_backends_switched_after_compile(case, device, backend):
+    # Compiled with SDPA's backends at their defaults, then called with the fused ones switched off: what
+    # it gives must be what the same function compiled afresh under the switch gives (the switch's own
+    # effect, eagerly, checked first: the math backend's numbers differ from the default backend's).
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8, device=device) for _ in range(3))
+    default_eager = attend(q, k, v)
+    compiled = case.compile(attend)
+    with case.watch_compiles():
+        first = compiled(q, k, v)
+        with fused_sdpa_switched_off():
+            switched_eager = attend(q, k, v)
+            switched = compiled(q, k, v)
+    if torch.equal(switched_eager, default_eager):
+        pytest.skip(f"on this torch the fused SDPA backends give what the math one gives on {device}: "
+                    "switching them off changes nothing to see")
+    torch._dynamo.reset()
+    with fused_sdpa_switched_off(), compile_caches_off():
+        fresh = case.compile(attend)(q, k, v)
+    case.record(switch_changes_eager=max_abs_diff([default_eager], [switched_eager]),
+                against_fresh=max_abs_diff([fresh], [switched]), as_first_compile=torch.equal(switched, first))
+    torch.testing.assert_close(
+        switched, fresh, rtol=0, atol=0,
+        msg=lambda m: f"after the fused SDPA backends were switched off, the compiled function (recompiles: "
+                      f"{case.metrics.get('recompiles')}) differs from a fresh compile under the switch: {m}")
