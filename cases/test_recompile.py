@@ -20,6 +20,11 @@ caches off), within assert_close's own tolerances for the dtype. A random op is 
 compile only (seeded alike). A failure names the state, the cache mode, the call and the oracle:
 `after a recompile under <state> (cache memory): compiled against a fresh compile, first call: ...`.
 
+One hand-written case beside it: SDPA's backend switches (`torch.backends.cuda.enable_*_sdp`, read on
+the CPU too), changed after a compile. The kernel scaled_dot_product_attention runs is chosen from them,
+and AOTAutograd traces that choice into the graph, so the compiled function must give what a fresh
+compile under the changed switches gives (docs/findings.md, finding 10).
+
 What each case records: the property's examples and every failing one's script
 (`metrics.property`), the op, its class and its oracle; and what its examples drew
 (`metrics.property.drawn`: how many times each state and each cache mode, the way the compiled code met
