@@ -1,6 +1,7 @@
 """The reproduction: the case's own code as a short standalone script that prints the outcome the
 matrix records, and the issue around it. Real cases, real torch."""
 
+import pathlib
 import subprocess
 import sys
 
@@ -51,15 +52,20 @@ def sample(cases: dict) -> list[str]:
     return picks
 
 
-def test_every_case_exports_as_a_short_standalone_script(collected):
+def test_every_case_exports_as_a_short_standalone_script(collected, tmp_path):
     lengths = {}
-    for case_id, info in collected.items():
+    for number, (case_id, info) in enumerate(collected.items()):
         text = repro_script.build_script(info)  # compiles it, too
         lengths[case_id] = text.count("\n")
         assert "import pytest" not in text and "harness" not in text.split('"""', 2)[2], case_id
         assert f"`{case_id}`" in text.splitlines()[0]
+        (tmp_path / f"case_{number}.py").write_text(f"# {case_id}\n{text}")
     over = {c: n for c, n in lengths.items() if n > repro_script.line_limit(collected[c])}
     assert not over, over
+    # Every name a script uses is defined in it (pyflakes' undefined-name check, through ruff).
+    undefined = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F821",
+                                "--output-format", "concise", str(tmp_path)], capture_output=True, text=True)
+    assert undefined.returncode == 0, undefined.stdout[-3000:]
 
 
 def test_scripts_print_the_outcome_the_matrix_records(collected, tmp_path):
@@ -90,6 +96,23 @@ def test_scripts_print_the_outcome_the_matrix_records(collected, tmp_path):
         assert result["outcome"] == recorded[case_id], (case_id, result["output"][-3000:])
         code = OUTCOMES[result["outcome"]].exit_code
         assert result["returncode"] == code, (case_id, result["returncode"])
+
+
+def test_a_case_that_skips_at_run_time_exports_a_script_that_skips(collected, tmp_path):
+    # The SDPA case skips where switching the fused backends off changes nothing eagerly; made to find so
+    # here (its condition forced), its script must print that skip, its reason with it.
+    info = collected["recompile/sdpa_backends_switched_after_compile[cpu-eager]"]
+    source = pathlib.Path(info["path"]).read_text()
+    condition = "if torch.equal(switched_eager, default_eager):"
+    assert source.count(condition) == 1
+    case_file = tmp_path / pathlib.Path(info["path"]).name
+    case_file.write_text(source.replace(condition, "if True:"))
+    script = tmp_path / "skips.py"
+    script.write_text(repro_script.build_script({**info, "path": str(case_file)}))
+    result = repro.run_script(sys.executable, script)
+    assert result["outcome"] == "skip" and "switching them off changes nothing to see" in result["output"], \
+        result["output"][-3000:]
+    assert result["returncode"] == OUTCOMES["skip"].exit_code
 
 
 def test_repro_prints_an_issue_with_the_versions_at_hand(tmp_path):

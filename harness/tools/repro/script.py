@@ -165,6 +165,32 @@ def need(dotted):
         raise Skip(f"missing: {dotted}") from None
 '''
 
+def with_skips_raised(source: str) -> str:
+    """`source` with each `pytest.skip(reason)` statement (a case finding at run time that it has nothing
+    to show on this torch) as `raise Skip(reason)`: the script's own Skip, printed as the matrix's skip."""
+    lines = source.splitlines(keepends=True)
+    for node in ast.walk(_parsed(source)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and not node.value.keywords \
+                and len(node.value.args) == 1 and ast.unparse(node.value.func) == "pytest.skip":
+            line, start = lines[node.lineno - 1], node.value.func.col_offset  # indentation first: ASCII
+            lines[node.lineno - 1] = line[:start] + "raise Skip" + line[start + len("pytest.skip"):]
+    return "".join(lines)
+
+
+def _case_attributes_used(code: list[Statement]) -> set[str]:
+    return {n.attr for s in code for n in ast.walk(s.node)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "case"}
+
+
+def _script_case_attributes() -> set[str]:
+    """What a script's `Case` (casekit's, carried as it is) offers a case: its methods and what they set."""
+    kit = _parsed(paths.CASEKIT.read_text())
+    case = next(n for n in kit.body if isinstance(n, ast.ClassDef) and n.name == "Case")
+    return {n.name for n in case.body if isinstance(n, ast.FunctionDef)} | {
+        n.attr for n in ast.walk(case) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+        and isinstance(n.value, ast.Name) and n.value.id == "self"}
+
+
 def _attributes(nodes: Iterable[ast.AST]) -> set[str]:
     return {n.attr for node in nodes for n in ast.walk(node) if isinstance(n, ast.Attribute)}
 
@@ -240,7 +266,8 @@ def build_script(info: dict) -> str:
     if info.get("op_script"):
         return build_op_script(info)
     function = info["function"]
-    source = with_example(pathlib.Path(info["path"]).read_text(), function, info.get("property_example"))
+    source = with_skips_raised(with_example(pathlib.Path(info["path"]).read_text(), function,
+                                                  info.get("property_example")))
     support = support_sources(source)
     everything = [s for text in support for s in statements(text)] + statements(source)
     case_nodes = [s.node for s in needed(everything, {function} | set(info["argnames"]))]
@@ -256,11 +283,16 @@ def build_script(info: dict) -> str:
     case_code = needed(found, {function} | fixtures)
     uses = {name for s in case_code for name in s.uses}
     if uses & {"pytest", "_pytest"}:
-        raise ReproError(f"cannot export {info['case']}: its code calls pytest (only decorators may)")
+        raise ReproError(f"cannot export {info['case']}: its code calls pytest (only decorators and a "
+                         "pytest.skip(reason) statement may)")
+    harness_only = _case_attributes_used(case_code) - _script_case_attributes()
+    if harness_only:
+        raise ReproError(f"cannot export {info['case']}: it uses case.{sorted(harness_only)[0]}, the harness's "
+                         "CaseRun's own, which a script's Case has not")
     kit = statements(without_unused_methods(paths.CASEKIT.read_text(), _attributes(s.node for s in case_code)),
                      docstrings=False)
-    kit_code = [as_block(s) for s in needed([s for s in kit if not s.is_import],
-                                            {"Case"} | (uses & {"OpLog", "TOLERANCES", "GraphRecorder"}))]
+    kit_names = {name for s in kit if not s.is_import for name in s.defines} - {"need"}  # the script's own need
+    kit_code = [as_block(s) for s in needed([s for s in kit if not s.is_import], {"Case"} | (uses & kit_names))]
     case_code = [s if getattr(s.node, "name", None) == function else as_block(s) for s in case_code]
     names = {name for s in case_code + kit_code for name in s.uses}
     verdict = Verdict.of(info)
@@ -268,7 +300,7 @@ def build_script(info: dict) -> str:
     guards = [f"if {s['condition']}:\n            raise Skip({s['reason']!r})" for s in info["skips"]]
     if "'cuda'" in params.values():
         guards.append("if not torch.cuda.is_available():\n            raise Skip('no CUDA device')")
-    skips = bool(guards) or bool(uses & {"need", "assume"})
+    skips = bool(guards) or bool(uses & {"need", "assume", "Skip"})
     stdlib = {"sys", "traceback"} | ({"re"} if verdict.expected else set()) \
         | ({"importlib"} if "need" in uses else set()) \
         | ({"pathlib", "tempfile"} if "tmp_path" in info["argnames"] else set())
