@@ -657,6 +657,21 @@ def test_committed_results_render_within_githubs_limits(tmp_path):
     assert (tmp_path / "report.html").stat().st_size < 2_000_000
 
 
+def test_report_md_shows_the_first_cards_and_counts_the_rest_which_the_page_shows(tmp_path, monkeypatch):
+    data = render.build([ROOT / "results"])
+    cards = data["failing"]
+    assert len(cards) > 2
+    monkeypatch.setattr(render, "MD_CARDS", 2)
+    render.write(data, tmp_path)
+    text, page = (tmp_path / "REPORT.md").read_text(), (tmp_path / "report.html").read_text()
+    headings = [line for line in text.splitlines() if line.startswith("### ")]
+    assert [h.split(". ")[0] for h in headings] == [f"### {card['label']}" for card in cards[:2]], headings
+    assert f"And {len(cards) - 2} more cards in report.html." in text
+    assert all(f'id="{card["anchor"]}"' in page for card in cards)
+    for card in cards:  # every bug still on the strip above the cards
+        assert f"| {card['label']} |" in text, card["label"]
+
+
 def test_the_committed_tables_cards_agree_with_their_own_cells():
     """The checkout's results, read only: each card's versions are exactly the torch versions where one
     of its cases failed its way (whole, or as a failing example: one of the programs that fail its way on
