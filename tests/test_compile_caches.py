@@ -197,6 +197,40 @@ def test_the_cache_directories_a_case_resolves_are_its_own(tmp_path, monkeypatch
     assert "warm-up cache written" in caches.leave_case()[0]
 
 
+def test_a_case_directory_kept_from_another_workers_run_keeps_no_cache_entry_naming_that_workers_link(tmp_path):
+    """Torch 2.1-2.3 keep in an FX graph cache entry the absolute path of its module, through the worker's
+    link: a later run of the case on another worker resolved it into the case that link served then
+    (row 2.2's property_recompile_op[cpu-inductor]: FileNotFoundError on its second run)."""
+    first, second = CaseCaches(tmp_path, "gw0"), CaseCaches(tmp_path, "gw1")
+    for caches in (first, second):
+        caches.point_at(caches.warm_up)
+        caches.warmed_up()
+    case = "family/variant[a]"
+    first.enter_case(case)
+    module = first.link / "inductor" / "ab" / "cabc.py"
+    module.parent.mkdir()
+    module.write_text("def call(args): ...")
+    entry = first.link / "inductor" / "fxgraph" / "xy" / "entry"
+    entry.parent.mkdir(parents=True)
+    entry.write_text(str(module))  # the path as torch 2.2 keeps it: through gw0's link
+    first.leave_case()
+    first.enter_case(case)  # the same worker's next run: served what it kept
+    assert entry.exists()
+    first.leave_case()
+    second.enter_case(case)
+    own = second.case_directory(case)
+    assert not (own / "inductor" / "fxgraph").exists(), "an entry naming gw0's link is served through gw1's"
+    assert (own / "inductor" / "ab" / "cabc.py").exists() and (own / "case.txt").exists()  # the rest kept
+    second.leave_case()
+    second.enter_case(case)  # written through gw1 from now on: kept
+    entry = second.link / "inductor" / "fxgraph" / "xy" / "entry"
+    entry.parent.mkdir(parents=True)
+    entry.write_text("x")
+    second.leave_case()
+    second.enter_case(case)
+    assert entry.exists()
+
+
 TWO_AT_ONCE = '''
 import torch
 

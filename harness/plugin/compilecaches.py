@@ -34,7 +34,10 @@ own: their keys say what a graph was compiled under, and such keys can be wrong
 record says so (`leaked`), and the file leaves the shared folder.
 
 A case's directory is kept across its attempts and the session's later runs (its key is its case id):
-a re-run of the same case may be served its own artifacts, never another's. The warm-up compiles into
+a re-run of the same case may be served its own artifacts, never another's. Torch 2.1-2.3 keep in an FX
+graph cache entry the absolute path of its module, through the worker's link: a case entered through
+another worker's link than its directory was last written through starts without its FX graph and
+AOTAutograd caches (`PATH_HOLDING`), which would resolve into the case that other link serves. The warm-up compiles into
 a directory of the worker's own; a case that still wrote there is named in its record (`leaked`).
 With `--isolation=none` cases share one process, and what torch keeps in memory is shared too.
 """
@@ -56,6 +59,10 @@ BUILDS = "builds"  # under the root: the C++ builds the cases share, in inductor
 BUILT = (".so", ".o")  # the compiler's output, named by the hash of its source and compile command
 LINKED = "tmp"  # what a case's directory links to the warm-up's rather than copies (see above)
 CASE_FILE = "case.txt"  # in a case's directory: which case it belongs to, for a reader
+LINK_FILE = "link.txt"  # in a case's directory: the worker link its caches were last written through
+# Caches whose entries may hold absolute paths through the link: torch 2.1-2.3 keep in an FX graph cache
+# entry the path of its Python module (`artifact_path`), and load it from there on a hit.
+PATH_HOLDING = ("inductor/fxgraph", "inductor/aotautograd")
 
 
 def _files(directory: pathlib.Path) -> dict[str, tuple[int, int]]:
@@ -156,6 +163,14 @@ class CaseCaches:
 
     def enter_case(self, case_id: str) -> None:
         directory = self.case_directory(case_id)
+        # Kept from a run on another worker (or of unknown link), a path held in its caches resolves through
+        # that worker's link into whatever case it serves now (a missing file, or another case's): those
+        # caches go, the rest of the directory is kept.
+        written_through = directory / LINK_FILE
+        if directory.exists() and (not written_through.exists()
+                                   or written_through.read_text(encoding="utf-8").strip() != str(self.link)):
+            for name in PATH_HOLDING:
+                shutil.rmtree(directory / name, ignore_errors=True)
         # What the warm-up left that the case's directory lacks (new, or kept from an earlier run).
         shutil.copytree(self.warm_up, directory, symlinks=True, dirs_exist_ok=True, copy_function=_copy_if_missing,
                         ignore=lambda folder, names: [LINKED] if pathlib.Path(folder) == self.warm_up else [])
@@ -169,6 +184,7 @@ class CaseCaches:
         label = directory / CASE_FILE
         if not label.exists():
             label.write_text(case_id + "\n", encoding="utf-8")
+        written_through.write_text(f"{self.link}\n", encoding="utf-8")
         self.point_at(directory)
 
     def leave_case(self) -> list[str]:
