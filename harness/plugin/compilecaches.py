@@ -36,9 +36,9 @@ record says so (`leaked`), and the file leaves the shared folder.
 A case's directory is kept across its attempts and the session's later runs (its key is its case id):
 a re-run of the same case may be served its own artifacts, never another's. Torch 2.1-2.3 keep in an FX
 graph cache entry the absolute path of its module, through the worker's link: a case entered through
-another worker's link than its directory was last written through starts without its FX graph and
-AOTAutograd caches (`PATH_HOLDING`), which would resolve into the case that other link serves. The warm-up compiles into
-a directory of the worker's own; a case that still wrote there is named in its record (`leaked`).
+another worker's link than its directory was last written through starts without the caches such paths
+are in (`PATH_HOLDING`), which would resolve into the case that other link serves. The warm-up compiles
+into a directory of the worker's own; a case that still wrote there is named in its record (`leaked`).
 With `--isolation=none` cases share one process, and what torch keeps in memory is shared too.
 """
 
@@ -60,8 +60,8 @@ BUILT = (".so", ".o")  # the compiler's output, named by the hash of its source 
 LINKED = "tmp"  # what a case's directory links to the warm-up's rather than copies (see above)
 CASE_FILE = "case.txt"  # in a case's directory: which case it belongs to, for a reader
 LINK_FILE = "link.txt"  # in a case's directory: the worker link its caches were last written through
-# Caches whose entries may hold absolute paths through the link: torch 2.1-2.3 keep in an FX graph cache
-# entry the path of its Python module (`artifact_path`), and load it from there on a hit.
+# Torch 2.1-2.3 keep in an FX graph cache entry the path of its Python module (`artifact_path`) and load
+# it from there on a hit; AOTAutograd's entries name FX graph entries, so they go with them.
 PATH_HOLDING = ("inductor/fxgraph", "inductor/aotautograd")
 
 
@@ -163,9 +163,7 @@ class CaseCaches:
 
     def enter_case(self, case_id: str) -> None:
         directory = self.case_directory(case_id)
-        # Kept from a run on another worker (or of unknown link), a path held in its caches resolves through
-        # that worker's link into whatever case it serves now (a missing file, or another case's): those
-        # caches go, the rest of the directory is kept.
+        # Kept from a run through another link (or an unknown one): its path-holding caches go (see above).
         written_through = directory / LINK_FILE
         if directory.exists() and (not written_through.exists()
                                    or written_through.read_text(encoding="utf-8").strip() != str(self.link)):

@@ -182,10 +182,9 @@ def _case_attributes_used(code: list[Statement]) -> set[str]:
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "case"}
 
 
-def _script_case_attributes() -> set[str]:
+def _script_case_attributes(kit_source: str) -> set[str]:
     """What a script's `Case` (casekit's, carried as it is) offers a case: its methods and what they set."""
-    kit = _parsed(paths.CASEKIT.read_text())
-    case = next(n for n in kit.body if isinstance(n, ast.ClassDef) and n.name == "Case")
+    case = next(n for n in _parsed(kit_source).body if isinstance(n, ast.ClassDef) and n.name == "Case")
     return {n.name for n in case.body if isinstance(n, ast.FunctionDef)} | {
         n.attr for n in ast.walk(case) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
         and isinstance(n.value, ast.Name) and n.value.id == "self"}
@@ -285,12 +284,12 @@ def build_script(info: dict) -> str:
     if uses & {"pytest", "_pytest"}:
         raise ReproError(f"cannot export {info['case']}: its code calls pytest (only decorators and a "
                          "pytest.skip(reason) statement may)")
-    harness_only = _case_attributes_used(case_code) - _script_case_attributes()
+    kit_source = paths.CASEKIT.read_text()
+    harness_only = _case_attributes_used(case_code) - _script_case_attributes(kit_source)
     if harness_only:
         raise ReproError(f"cannot export {info['case']}: it uses case.{sorted(harness_only)[0]}, the harness's "
                          "CaseRun's own, which a script's Case has not")
-    kit = statements(without_unused_methods(paths.CASEKIT.read_text(), _attributes(s.node for s in case_code)),
-                     docstrings=False)
+    kit = statements(without_unused_methods(kit_source, _attributes(s.node for s in case_code)), docstrings=False)
     kit_names = {name for s in kit if not s.is_import for name in s.defines} - {"need"}  # the script's own need
     kit_code = [as_block(s) for s in needed([s for s in kit if not s.is_import], {"Case"} | (uses & kit_names))]
     case_code = [s if getattr(s.node, "name", None) == function else as_block(s) for s in case_code]
