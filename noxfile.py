@@ -91,19 +91,17 @@ SUITE_GIB_PER_WORKER = 6  # a test runs a session: torch, inductor, an xdist wor
 
 
 def suite_workers() -> int:
-    """pytest-xdist workers of the harness's own suite: one a core and one more, as far as memory allows.
-    Its tests wait on their sessions' subprocesses, time limits and sleeps: at one a core, about a tenth
-    of the CPU stood idle (2 cores: 70.6 CPU-minutes in 39.0 minutes); the extra worker fills it
-    (docs/speed.md, 2026-12-03)."""
+    """pytest-xdist workers of the harness's own suite: one a core, as far as memory allows; the tests
+    that run or build the checkout's session venvs stay on one worker (tests/conftest.py)."""
     memory_gib = limits.memory_limit_bytes("100%") / 2**30  # all of this machine's memory
-    return max(1, min((os.cpu_count() or 1) + 1, int(memory_gib // SUITE_GIB_PER_WORKER)))
+    return max(1, min(os.cpu_count() or 1, int(memory_gib // SUITE_GIB_PER_WORKER)))
 
 
 @nox.session(python=DEFAULT_SESSION.python, download_python="never", default=False)
 def tests(session: nox.Session) -> None:
-    """Run the harness's own test suite (real torch, real compile, real nox) on every core; then the stale rows.
+    """Run the harness's own test suite (real torch, real compile, real nox), a worker a core; then the stale rows.
 
-    A worker a core and one more (suite_workers); pytest arguments narrow it (`-- tests/test_x.py -k y`, `-n 1`)."""
+    pytest arguments narrow it (`-- tests/test_x.py -k y`, `-n 1`)."""
     args = list(session.posargs)
     missing = pytestrun.missing_files(args)
     if missing:  # before any install; and under pytest-xdist, pytest's own "not found" error is lost

@@ -5,7 +5,7 @@ nothing; exits with the run's status.
 
     python benchmarks/suite.py [--keep DIR] [--top 15]
 
-Run it with nothing else on the machine: the suite is CPU-bound (a worker a core and one more), and whatever runs
+Run it with nothing else on the machine: the suite is CPU-bound (a worker a core), and whatever runs
 beside it adds to its time. Target (#54): under 25 minutes on the 2-core development machine; the
 developers' guide's bound is 30.
 """
