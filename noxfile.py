@@ -91,8 +91,9 @@ SUITE_GIB_PER_WORKER = 6  # a test runs a session: torch, inductor, an xdist wor
 
 
 def suite_workers() -> int:
-    """pytest-xdist workers of the harness's own suite: one a core, as far as memory allows; the tests
-    that run or build the checkout's session venvs stay on one worker (tests/conftest.py)."""
+    """pytest-xdist workers of the harness's own suite: one a core, as far as memory allows (one more was
+    no faster from a clean clone: docs/speed.md, 2026-12-03). The checkout's session venvs are built once,
+    under a lock, by the first test that needs them (tests/conftest.py)."""
     memory_gib = limits.memory_limit_bytes("100%") / 2**30  # all of this machine's memory
     return max(1, min(os.cpu_count() or 1, int(memory_gib // SUITE_GIB_PER_WORKER)))
 
