@@ -92,8 +92,8 @@ SUITE_GIB_PER_WORKER = 6  # a test runs a session: torch, inductor, an xdist wor
 
 def suite_workers() -> int:
     """pytest-xdist workers of the harness's own suite: one a core, as far as memory allows (one more was
-    no faster from a clean clone: docs/speed.md, 2026-12-03). The checkout's session venvs are built once,
-    under a lock, by the first test that needs them (tests/conftest.py)."""
+    no faster from a clean clone: docs/speed.md, 2026-12-03). Each worker's first test that needs the
+    checkout's session venvs builds or checks them, one worker at a time (a lock: tests/conftest.py)."""
     memory_gib = limits.memory_limit_bytes("100%") / 2**30  # all of this machine's memory
     return max(1, min(os.cpu_count() or 1, int(memory_gib // SUITE_GIB_PER_WORKER)))
 
