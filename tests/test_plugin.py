@@ -178,8 +178,20 @@ os.fork = refused
 '''
 
 
+@pytest.fixture(scope="module")
+def environment_of_its_own() -> dict:
+    """The environment record as `python -m harness.plugin.environment` reads it in a process of its own (torch,
+    collect_env and inductor's config imported there: about 10 s), once for the variants below."""
+    own = subprocess.run([sys.executable, "-m", "harness.plugin.environment", "demo"], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert own.returncode == 0, own.stderr[-3000:]
+    written = json.loads(records.portable(resultsfile.bounded_line(json.loads(own.stdout))))
+    return {k: v for k, v in written.items() if k != "started"}
+
+
 @pytest.mark.parametrize("where, fork", [("xdist", "forked"), ("xdist", "refused"), ("in_process", "refused")])
-def test_the_environment_record_is_what_a_process_of_its_own_reads(pytester, monkeypatch, where, fork):
+def test_the_environment_record_is_what_a_process_of_its_own_reads(pytester, monkeypatch, environment_of_its_own,
+                                                                   where, fork):
     """The record is read in a child forked from the process that runs cases (torch's imports shared), or,
     where none can be forked, in a process of its own, which says so: the same record either way."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
@@ -193,11 +205,7 @@ def test_the_environment_record_is_what_a_process_of_its_own_reads(pytester, mon
     # Both as the results file holds them, this machine's places named alike (pytest's own process writes
     # its records with the temporary directory of its cases)
     recorded = json.loads(records.portable((out / "demo.jsonl").read_text().splitlines()[0]))
-    own = subprocess.run([sys.executable, "-m", "harness.plugin.environment", "demo"], cwd=ROOT, capture_output=True,
-                         text=True, env=os.environ)
-    written = json.loads(records.portable(resultsfile.bounded_line(json.loads(own.stdout))))
-    expected = {k: v for k, v in written.items() if k != "started"}
-    assert {k: recorded.get(k) for k in expected} == expected
+    assert {k: recorded.get(k) for k in environment_of_its_own} == environment_of_its_own
     said = [line for line in result.stderr.lines if "the environment record is read in a process of its own" in line]
     assert (said and "BlockingIOError" in said[0]) if fork == "refused" else not said, result.stderr.lines[-20:]
 

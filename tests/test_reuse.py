@@ -66,7 +66,7 @@ def cases(results: pathlib.Path) -> dict:
 
 
 @pytest.mark.slow
-def test_nothing_changed_runs_nothing_and_says_what_it_reused(project, tmp_path):
+def test_nothing_changed_runs_nothing_and_a_narrowed_or_fresh_run_reuses_nothing(project, tmp_path):
     results = tmp_path / "results"
     first = session(project, results, env={"HARNESS_RERUNS": "0"}, fails=True)  # the error fails it
     assert "0 records reused; to run: alpha, beta" in first
@@ -92,11 +92,18 @@ def test_nothing_changed_runs_nothing_and_says_what_it_reused(project, tmp_path)
     assert (results / f"{SESSION}.xml").is_file()  # its JUnit file written where it was missing
     # reused and fresh results give the same report
     fresh = tmp_path / "fresh"
-    session(project, fresh, "--fresh", env={"HARNESS_RERUNS": "0"}, fails=True)
+    fresh.mkdir()
+    shutil.copy2(results / f"{SESSION}.jsonl", fresh / f"{SESSION}.jsonl")  # a source it must not use
+    assert "0 records reused (fresh run); to run: alpha, beta" in session(
+        project, fresh, "--fresh", env={"HARNESS_RERUNS": "0"}, fails=True)
     (fresh / "setup-ran").unlink()
     outcomes = {kind: {c["case"]: c["cells"][SESSION]["outcome"] for c in render.build([d])["cases"]}
                 for kind, d in (("reused", results), ("fresh", fresh))}
     assert outcomes["reused"] == {**outcomes["fresh"], "beta/setup_breaks_once": "pass"}
+    # a run narrowed by a file reuses nothing, and is no source for the next
+    assert "records reused" not in session(project, results, "cases/test_alpha.py", env={"HARNESS_RERUNS": "0"})
+    assert not records.read(results / f"{SESSION}.jsonl")[0].get("reuse_keys")
+    assert "0 records reused; to run: alpha, beta" in session(project, results, env={"HARNESS_RERUNS": "0"})
 
 
 @pytest.mark.slow
@@ -118,17 +125,6 @@ def test_a_changed_family_file_runs_that_family_alone(project, tmp_path):
     report_file = project / "harness" / "report" / "render.py"  # never runs in a session
     report_file.write_text(report_file.read_text() + "\nCHANGED = True\n")
     assert "5 records reused; to run: nothing" in session(project, results)
-
-
-@pytest.mark.slow
-def test_a_narrowed_or_fresh_run_reuses_nothing(project, tmp_path):
-    results = tmp_path / "results"
-    session(project, results)
-    narrowed = session(project, results, "cases/test_alpha.py")
-    assert "records reused" not in narrowed
-    assert not records.read(results / f"{SESSION}.jsonl")[0].get("reuse_keys")  # and is not a source
-    assert "0 records reused; to run: alpha, beta" in session(project, results)
-    assert "0 records reused (fresh run); to run: alpha, beta" in session(project, results, "--fresh")
 
 
 # --- what the key holds: the vector ISA and the compiler, not the CPU model or the project itself ---------
