@@ -181,7 +181,7 @@ os.fork = refused
 @pytest.fixture(scope="module")
 def environment_of_its_own() -> dict:
     """The environment record as `python -m harness.plugin.environment` reads it in a process of its own (torch,
-    collect_env and inductor's config imported there: about 10 s), once for the variants below."""
+    collect_env and inductor's config imported there: about 6 s here), once a worker for the variants below."""
     own = subprocess.run([sys.executable, "-m", "harness.plugin.environment", "demo"], cwd=ROOT, capture_output=True,
                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert own.returncode == 0, own.stderr[-3000:]
