@@ -23,16 +23,21 @@ compile only (seeded alike). A failure names the state, the cache mode, the call
 One hand-written case beside it: SDPA's backend switches (`torch.backends.cuda.enable_*_sdp`, read on
 the CPU too), changed after a compile. The kernel scaled_dot_product_attention runs is chosen from them,
 and AOTAutograd traces that choice into the graph, so the compiled function must give what a fresh
-compile under the changed switches gives (docs/findings.md, finding 10).
+compile under the changed switches gives (docs/findings.md, finding 10). And one where the changed
+state is the input's size: a weighted covariance called with another number of observations, the
+recompile Dynamo makes for it (automatic dynamic shapes: the size becomes symbolic) must still give
+eager's numbers (finding 11).
 
 What each case records: the property's examples and every failing one's script
 (`metrics.property`), the op, its class and its oracle; and what its examples drew
 (`metrics.property.drawn`: how many times each state and each cache mode, the way the compiled code met
-the changed state), beside how many states this torch offered (`states_offered`).
+the changed state), beside how many states this torch offered (`states_offered`). The hand-written
+cases record the same as `metrics.drawn`: the states they call the compiled code under, and how it met them.
 """
 
 import contextlib
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -111,11 +116,16 @@ def test_property_recompile_op(case, device, backend):
 FUSED_SDPA_BACKENDS = ("flash", "mem_efficient", "cudnn")
 
 
+def fused_sdpa_backends() -> list[str]:
+    """The fused SDPA backends this torch has a switch for."""
+    return [name for name in FUSED_SDPA_BACKENDS if hasattr(torch.backends.cuda, f"enable_{name}_sdp")]
+
+
 @contextlib.contextmanager
 def fused_sdpa_switched_off():
     """Every fused SDPA backend this torch has switched off, the math one left on; restored after."""
     cuda = torch.backends.cuda
-    names = [name for name in FUSED_SDPA_BACKENDS if hasattr(cuda, f"enable_{name}_sdp")]
+    names = fused_sdpa_backends()
     before = {name: getattr(cuda, f"{name}_sdp_enabled")() for name in names}
     try:
         for name in names:
@@ -164,9 +174,67 @@ def test_sdpa_backends_switched_after_compile(case, device, backend):
     torch._dynamo.reset()
     with fused_sdpa_switched_off(), compile_caches_off():
         fresh = case.compile(attend)(q, k, v)
-    case.record(graphs=graphs, switch_changes_eager=max_abs_diff([default_eager], [switched_eager]),
+    switched_state = ",".join(f"torch.backends.cuda.enable_{name}_sdp=False" for name in fused_sdpa_backends())
+    case.record(drawn={"states": {"none": 1, switched_state: 1}, "caches": {"memory": 1}},
+                graphs=graphs, switch_changes_eager=max_abs_diff([default_eager], [switched_eager]),
                 against_fresh=max_abs_diff([fresh], [switched]), as_first_compile=torch.equal(switched, first))
     torch.testing.assert_close(
         switched, fresh, rtol=0, atol=0,
         msg=lambda m: f"after the fused SDPA backends were switched off, the compiled function (Dynamo graphs "
                       f"for both calls: {graphs}) differs from a fresh compile under the switch: {m}")
+
+
+# A weighted covariance: `torch.cov`'s weights hold one entry an observation, so a new observation count
+# changes the size of both inputs. Dynamo's recompile for the second size marks it dynamic (automatic
+# dynamic shapes) and traces the op once more with that size symbolic; the third size must reuse it.
+OBSERVATION_COUNTS = (4, 5, 6)
+
+
+def weighted_cov_inputs(observations, weights, device):
+    x = torch.randn(3, observations, device=device)
+    given = {}
+    if weights in ("fweights", "both"):
+        given["fweights"] = torch.randint(1, 4, (observations,), device=device)
+    if weights in ("aweights", "both"):
+        given["aweights"] = torch.rand(observations, device=device) + 0.5
+    return x, given
+
+
+def weighted_cov(x, fweights=None, aweights=None):
+    return torch.cov(x, fweights=fweights, aweights=aweights)
+
+
+@pytest.mark.parametrize("weights", ["fweights", "aweights", "both"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_no_cuda)])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_weighted_cov_after_observation_count_changes(case, device, backend, weights):
+    # One compiled function called with 4, then 5, then 6 observations: each call must give what eager
+    # gives for its size (the weights' own effect checked first: weighted and unweighted differ).
+    torch.manual_seed(0)
+    samples = [weighted_cov_inputs(n, weights, device) for n in OBSERVATION_COUNTS]
+    eager = [weighted_cov(x, **given) for x, given in samples]
+    assert not torch.allclose(eager[0], torch.cov(samples[0][0])), "the weights change nothing: nothing to see"
+    compiled = case.compile(weighted_cov)
+    counters.clear()
+    try:
+        for (x, given), expected in zip(samples, eager, strict=True):
+            try:
+                got = compiled(x, **given)
+            except Exception as error:  # the compile's own failure, named with the size that met it
+                raise AssertionError(f"with {x.shape[1]} observations after {OBSERVATION_COUNTS[0]}, the compiled "
+                                     f"torch.cov raised {type(error).__name__}: {symbolic_cause(error)}") from error
+            torch.testing.assert_close(got, expected, msg=lambda m, n=x.shape[1]: f"with {n} observations: {m}")
+    finally:  # what was met, as the property's cells say it; what Dynamo made of it (a graph break: cov eagerly)
+        case.record(drawn={"states": {f"observations={n}": 1 for n in OBSERVATION_COUNTS}, "caches": {"memory": 1}},
+                    graphs=counters["stats"]["unique_graphs"], graph_breaks=sum(counters["graph_break"].values()))
+
+
+# Dynamo words the failure of an op under symbolic sizes in each torch otherwise, with the op's own error
+# (from c10's TensorImpl) quoted inside, its C++ stack after it.
+SYMBOLIC_SIZES_ERROR = re.compile(r"Cannot call \w+\(\) on tensor with symbolic sizes/strides")
+
+
+def symbolic_cause(error: BaseException) -> str:
+    """The op's own error where the text quotes one, else the text's first line."""
+    found = SYMBOLIC_SIZES_ERROR.search(str(error))
+    return found.group(0) if found else (str(error).strip().splitlines() or [""])[0]
