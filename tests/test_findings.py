@@ -76,14 +76,19 @@ def test_a_proposed_fix_applies_to_the_torch_it_names_and_its_card_links_it():
 
     import torch
 
-    # a fix is SCRIPT.diff; SCRIPT.neighbours.diff is what it changes in its upstream neighbours' tests
+    # a fix is SCRIPT.diff, or SCRIPT.aten.diff where it is in ATen's C++ (against a source file its first
+    # line names: fixes/check.py --aten builds it); SCRIPT.neighbours.diff is what it changes in its upstream
+    # neighbours' tests
     fixes = sorted(d for d in (paths.ROOT / "results" / "reductions" / "fixes").glob("*.diff")
                    if not d.name.endswith(".neighbours.diff"))
     assert fixes
     site = pathlib.Path(torch.__file__).parent.parent
     for diff in fixes:
-        assert (diff.parent / f"test_{diff.stem}.py").is_file() and (diff.parent.parent / f"{diff.stem}.py").is_file()
-        if shutil.which("patch"):
+        stem = diff.name.removesuffix(".diff").removesuffix(".aten")
+        assert (diff.parent / f"test_{stem}.py").is_file() and (diff.parent.parent / f"{stem}.py").is_file()
+        if diff.name.endswith(".aten.diff"):  # no C++ source in a wheel to apply it to
+            assert re.match(r"Against aten/\S+ as at [0-9a-f]{40} ", diff.read_text()), diff.name
+        elif shutil.which("patch"):
             done = subprocess.run(["patch", "-p1", "--dry-run", "--forward", "--fuzz=0", "-i", str(diff)], cwd=site,
                                   capture_output=True, text=True)
             assert done.returncode == 0, (diff.name, torch.__version__, done.stdout, done.stderr)
@@ -94,7 +99,8 @@ def test_a_proposed_fix_applies_to_the_torch_it_names_and_its_card_links_it():
     assert {card["finding"]["patch"] for card in data["failing"] if card["finding"] and card["finding"]["patch"]} == {
         f"results/reductions/fixes/{p.name}" for p in patches}
     for page in (render.render_markdown(data), render.render_html(data)):
-        assert all(f"fixes/{d.name}" in page and f"fixes/test_{d.stem}.py" in page for d in fixes)
+        assert all(f"fixes/{d.name}" in page and f"fixes/test_{d.name.removesuffix('.diff').removesuffix('.aten')}.py"
+                   in page for d in fixes)
         assert all(f"fixes/{p.name}" in page for p in patches)
 
 

@@ -44,10 +44,18 @@ def sections(finding: Finding) -> str:
         lines += ["### Proposed fix", "", said, "", fence(diff, "diff"), ""]
     elif finding.fix_path:
         test = finding.regression_test_path
-        lines += ["### Proposed fix", "",
-                  f"Against torch {matrix.main_session().torch}; with it the script above passes, and so does this "
-                  "regression test, which fails without it.", "",
-                  fence(finding.fix_path.read_text(encoding="utf-8"), "diff"), "",
+        fix = finding.fix_path.read_text(encoding="utf-8")
+        if finding.fix_path == finding.aten_fix_path:  # its first line says which source file, at which commit
+            against, _, fix = fix.partition("\n\n")
+            said = (f"{against} Checked on torch {matrix.main_session().torch}, whose wheel has no C++ source to "
+                    "patch: the file, patched, built against that wheel's headers as kernels that replace the "
+                    "wheel's own; with them the script above passes, and so does this regression test, which "
+                    "fails without them and with the same file built unpatched.")
+        else:
+            said = (f"Against torch {matrix.main_session().torch}; with it the script above passes, and so does this "
+                    "regression test, which fails without it.")
+        lines += ["### Proposed fix", "", said, "",
+                  fence(fix, "diff"), "",
                   "<details><summary>The regression test</summary>", "",
                   fence(test.read_text(encoding="utf-8"), "python"), "", "</details>", ""]
     if finding.searched or finding.related:

@@ -69,9 +69,15 @@ class Finding:
 
     @property
     def fix_path(self) -> pathlib.Path | None:
-        """The proposed fix (fixes/SCRIPT.diff, its regression test fixes/test_SCRIPT.py), where there is one."""
-        path = FIXES / f"{self.stem}.diff"
-        return path if path.is_file() else None
+        """The proposed fix (fixes/SCRIPT.diff against torch's Python, or fixes/SCRIPT.aten.diff against
+        ATen's C++ source; its regression test fixes/test_SCRIPT.py), where there is one."""
+        return next((path for path in (FIXES / f"{self.stem}.diff", self.aten_fix_path) if path.is_file()), None)
+
+    @property
+    def aten_fix_path(self) -> pathlib.Path:
+        """A fix in ATen's C++ (fixes/SCRIPT.aten.diff): a wheel has no source to patch, so fixes/check.py
+        --aten builds the patched file against a torch as kernels that replace the wheel's."""
+        return FIXES / f"{self.stem}.aten.diff"
 
     @property
     def regression_test_path(self) -> pathlib.Path:
@@ -95,7 +101,7 @@ class Finding:
             c["case"].startswith(self.cases) for c in card["cases"])
 
     def as_dict(self) -> dict:
-        issue, stem, has_fix = self.issue_path.name, self.stem, self.fix_path is not None
+        issue, has_fix = self.issue_path.name, self.fix_path is not None
         return {"number": self.number, "title": self.title,
                 "script": f"results/reductions/{self.script}", "issue": f"results/reductions/{issue}",
                 "swept": self.swept.line() if self.swept else None, "span_note": self.span_note,
@@ -104,7 +110,7 @@ class Finding:
                 "search_link": f"{TRACKER}?{urllib.parse.urlencode({'q': 'is:issue ' + self.search})}",
                 "cause": self.cause,
                 # a proposed fix and the test that guards it (fixes/check.py checks both against a torch)
-                "fix": f"results/reductions/fixes/{stem}.diff" if has_fix else None,
+                "fix": f"results/reductions/fixes/{self.fix_path.name}" if self.fix_path else None,
                 "regression_test": f"results/reductions/fixes/{self.regression_test_path.name}" if has_fix else None,
                 # the two as one patch for upstream, the test among its neighbours (harness.report.upstream_patch)
                 "patch": f"results/reductions/fixes/{self.patch_path.name}" if has_fix and self.patch_path.is_file()

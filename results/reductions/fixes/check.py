@@ -22,6 +22,16 @@ copies of upstream files as DIR/COMMIT/PATH. The patch's torch/ part is applied 
 test part to a copy of the stored test file, and that file runs before and after the fix: the fix holds
 when the script and every test the patch adds fail before and pass after, and no other test of the file
 that passed before fails after.
+
+    python results/reductions/fixes/check.py PYTHON NAME --aten DIR
+
+checks a fix in ATen's C++ instead (fixes/NAME.aten.diff, against a source file of pytorch/pytorch its
+header names, stored as DIR/COMMIT/PATH): a wheel ships no C++ source to patch, so the stored file is built
+against PYTHON's torch headers as an extension whose kernels replace the ones the wheel registered for the
+ops findings.toml names (`aten_fix`: `kernels`, the dispatch key), loaded before the script and the
+regression test run. Built twice: the file as stored (the control: rebuilding alone must not fix it) and
+with the diff applied. The fix holds when the script and the test fail without the extension and with
+the control, and pass with the fix.
 """
 
 from __future__ import annotations
@@ -171,6 +181,95 @@ def check_upstream_patch(args, work: pathlib.Path, torch_dir: pathlib.Path, vers
     return 0 if verdict else 1
 
 
+# Where the stored source is older or newer than the wheel's headers, what it calls that they lack (the
+# one-argument isIntegralType, which c10 dropped): declared before the file, said in the output.
+ATEN_COMPAT = """#include <c10/core/ScalarType.h>
+namespace c10 {
+[[maybe_unused]] inline bool isIntegralType(ScalarType t) { return isIntegralType(t, /*includeBool=*/false); }
+}
+"""
+LOADER = """import torch
+torch.ops.load_library({library!r})
+"""
+
+
+def aten_fix(name: str) -> dict:
+    """findings.toml's `aten_fix` of the finding whose script is NAME.py: the kernels it replaces."""
+    import tomllib
+
+    catalogue = tomllib.loads((REDUCTIONS / "findings.toml").read_text(encoding="utf-8"))
+    finding = next((f for f in catalogue.get("finding", []) if f.get("script") == f"{name}.py"), {})
+    if "aten_fix" not in finding:
+        sys.exit(f"error: findings.toml gives no aten_fix (kernels, dispatch_key) for {name}")
+    return finding["aten_fix"]
+
+
+def build_kernels(python: str, source: pathlib.Path, fix: dict, into: pathlib.Path) -> pathlib.Path:
+    """`source` built against PYTHON's torch as a library that registers its kernels over the wheel's."""
+    into.mkdir(parents=True)
+    flags = subprocess.run([python, "-c", "import torch, torch.utils.cpp_extension as e; "
+                            "print(int(torch._C._GLIBCXX_USE_CXX11_ABI)); print(e.library_paths()[0]); "
+                            "print(*e.include_paths(), sep=chr(10))"], capture_output=True, text=True, check=True)
+    abi, libraries, *includes = flags.stdout.strip().splitlines()
+    register = into / "register.cpp"
+    register.write_text("".join(f"#include <ATen/ops/{op}_native.h>\n" for op in fix["kernels"])
+                        + "#include <torch/library.h>\n\n"
+                        + f"TORCH_LIBRARY_IMPL(aten, {fix['dispatch_key']}, m) {{\n"
+                        + "".join(f'  m.impl("{op}", TORCH_FN(at::native::{op}));\n' for op in fix["kernels"]) + "}\n")
+    (into / "compat.h").write_text(ATEN_COMPAT)
+    library = into / "kernels.so"
+    # -Bsymbolic: the library's calls and TORCH_FN bind to its own kernels, never to libtorch's of one name
+    command = ["g++", "-shared", "-fPIC", "-O1", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+               *(f"-I{path}" for path in includes), "-include", str(into / "compat.h"), str(source), str(register),
+               f"-L{libraries}", "-ltorch", "-ltorch_cpu", "-lc10", "-Wl,-Bsymbolic", f"-Wl,-rpath,{libraries}",
+               "-o", str(library)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        said = [line for line in done.stderr.splitlines() if "error" in line]
+        sys.exit(f"error: {source.name} does not build against this torch: {(said or [done.stderr[-500:]])[0]}")
+    (into / "sitecustomize.py").write_text(LOADER.format(library=str(library)))
+    return into
+
+
+def check_aten_fix(args, work: pathlib.Path, version: str, script: pathlib.Path) -> int:
+    """The ATen mode (--aten): the script and the regression test without, with the control and with the fix."""
+    diff, test = HERE / f"{args.name}.aten.diff", HERE / f"test_{args.name}.py"
+    for path in (diff, test):
+        if not path.is_file():
+            sys.exit(f"error: no such file: {path}")
+    header = re.match(r"Against (\S+) as at ([0-9a-f]{7,40})\b", diff.read_text(encoding="utf-8"))
+    if not header:
+        sys.exit(f"error: {diff.name} does not say what it is against (its first line: Against PATH as at COMMIT)")
+    path, commit = header[1], header[2]
+    stored = pathlib.Path(args.aten) / commit / path
+    if not stored.is_file():
+        sys.exit(f"error: no stored copy of {path} at {commit} under {args.aten}")
+    fix = aten_fix(args.name)
+    for side in ("control", "fixed"):
+        (work / side / path).parent.mkdir(parents=True)
+        shutil.copyfile(stored, work / side / path)
+    done = subprocess.run(["patch", "-p1", "--forward", "--fuzz=0", "--no-backup-if-mismatch", "-i", str(diff)],
+                          cwd=work / "fixed", capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"error: {diff.name} does not apply to {stored}: {done.stdout.strip()} {done.stderr.strip()}")
+    overlays = {"without": None, **{side: build_kernels(args.python, work / side / path, fix, work / f"{side}-build")
+                                    for side in ("control", "fixed")}}
+    print(f"torch {version}; {diff.name} changes {path} ({commit[:7]}), built with its kernels "
+          f"{', '.join(fix['kernels'])} over the wheel's ({fix['dispatch_key']}); declared before it: "
+          f"{ATEN_COMPAT.splitlines()[2].strip()}")
+    verdict = True
+    for label, argv_ in (("script", [str(script)]), ("regression test", [str(test)])):
+        slug = label.replace(" ", "-")
+        codes = {side: run(args.python, argv_, overlay, work / f"{slug}-{side}").returncode
+                 for side, overlay in overlays.items()}
+        ok = codes["without"] != 0 and codes["control"] != 0 and codes["fixed"] == 0
+        verdict &= ok
+        print(f"{label}: exit {codes['without']} without, {codes['control']} with the control, {codes['fixed']} with the "
+              f"fix: {'as expected' if ok else 'NOT as expected'}")
+    print("the fix holds" if verdict else "the fix does NOT hold")
+    return 0 if verdict else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("python")
@@ -178,7 +277,12 @@ def main(argv=None) -> int:
     parser.add_argument("--nearby", help="a torch test file to run before and after the fix (pytest)")
     parser.add_argument("-k", dest="keyword", help="pytest -k for --nearby or --upstream")
     parser.add_argument("--upstream", help="stored upstream files, DIR/COMMIT/PATH: check fixes/NAME.patch instead")
+    parser.add_argument("--aten", help="stored upstream files, DIR/COMMIT/PATH: check fixes/NAME.aten.diff instead")
     args = parser.parse_args(argv)
+    if args.aten:
+        _, version = torch_folder(args.python)
+        with tempfile.TemporaryDirectory(prefix="fix-check-") as temp:
+            return check_aten_fix(args, pathlib.Path(temp), version, REDUCTIONS / f"{args.name}.py")
     if args.upstream:
         torch_dir, version = torch_folder(args.python)
         with tempfile.TemporaryDirectory(prefix="fix-check-") as temp:
