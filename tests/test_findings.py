@@ -300,3 +300,49 @@ def test_a_kind_or_history_that_says_otherwise_of_the_versions_than_the_sweep_fa
     assert done.returncode == 1 and disagrees == [
         "disagrees: finding 7: a regression, yet no release older than 2.8.0, where its script first fails, "
         "was swept passing"], done.stdout
+
+
+# A planted ATen fix for fixes/check.py --aten: a kernel of a real CompositeImplicitAutograd op (ravel) that
+# reads numel(), which throws under symbolic sizes, and its fix. The wheel's own ravel has no such bug, so
+# only the control (the stored file rebuilt as it is) can fail: the verdict must say the fix does not hold.
+RAVEL_SOURCE = """#include <ATen/core/Tensor.h>
+#include <ATen/ops/ravel_native.h>
+
+namespace at::native {
+Tensor ravel(const Tensor& self) {
+  TORCH_CHECK(self.numel() >= 0, "ravel: a size below zero");
+  return self.contiguous().view(-1);
+}
+} // namespace at::native
+"""
+RAVEL_SCRIPT = """import torch
+def flat(x):
+    return torch.ravel(x)
+x = torch.randn(3, 4)
+assert torch.equal(torch.compile(flat, backend="eager", dynamic=True)(x), x.ravel())
+"""
+
+
+def test_an_aten_fix_is_built_as_stored_and_patched_over_the_wheels_kernel(tmp_path):
+    fixes = tmp_path / "reductions" / "fixes"
+    fixes.mkdir(parents=True)
+    shutil.copy2(paths.ROOT / "results" / "reductions" / "fixes" / "check.py", fixes / "check.py")
+    (tmp_path / "reductions" / "findings.toml").write_text(
+        '[[finding]]\nnumber = 1\nscript = "found_ravel.py"\n'
+        'aten_fix = { kernels = ["ravel"], dispatch_key = "CompositeImplicitAutograd" }\n')
+    (tmp_path / "reductions" / "found_ravel.py").write_text(RAVEL_SCRIPT)
+    (fixes / "test_found_ravel.py").write_text(RAVEL_SCRIPT)
+    commit, path = "1" * 40, "aten/src/ATen/native/Ravel.cpp"
+    (tmp_path / "stored" / commit / path).parent.mkdir(parents=True)
+    (tmp_path / "stored" / commit / path).write_text(RAVEL_SOURCE)
+    (fixes / "found_ravel.aten.diff").write_text(
+        f"Against {path} as at {commit} (a plant).\n\n--- a/{path}\n+++ b/{path}\n@@ -5,3 +5,3 @@\n"
+        " Tensor ravel(const Tensor& self) {\n-  TORCH_CHECK(self.numel() >= 0, \"ravel: a size below zero\");\n"
+        "+  TORCH_CHECK(self.sym_numel() >= 0, \"ravel: a size below zero\");\n   return self.contiguous().view(-1);\n")
+    done = subprocess.run([sys.executable, str(fixes / "check.py"), sys.executable, "found_ravel", "--aten",
+                           str(tmp_path / "stored")], capture_output=True, text=True, timeout=600)
+    said = done.stdout.splitlines()
+    # the wheel's ravel passes; the stored kernel, rebuilt, replaces it and fails; the patched one passes
+    assert "script: exit 0 without, 1 with the control, 0 with the fix: NOT as expected" in said, done.stdout + done.stderr
+    assert "regression test: exit 0 without, 1 with the control, 0 with the fix: NOT as expected" in said
+    assert done.returncode == 1 and said[-1] == "the fix does NOT hold"
