@@ -343,6 +343,7 @@ def test_an_aten_fix_is_built_as_stored_and_patched_over_the_wheels_kernel(tmp_p
                            str(tmp_path / "stored")], capture_output=True, text=True, timeout=600)
     said = done.stdout.splitlines()
     # the wheel's ravel passes; the stored kernel, rebuilt, replaces it and fails; the patched one passes
-    assert "script: exit 0 without, 1 with the control, 0 with the fix: NOT as expected" in said, done.stdout + done.stderr
+    assert "script: exit 0 without, 1 with the control, 0 with the fix: NOT as expected" in said, \
+        done.stdout + done.stderr
     assert "regression test: exit 0 without, 1 with the control, 0 with the fix: NOT as expected" in said
     assert done.returncode == 1 and said[-1] == "the fix does NOT hold"
