@@ -1,5 +1,5 @@
-# A compiled torch.cov with weights fails once the number of observations changes: the recompile
-# makes the size symbolic (automatic dynamic shapes), and cov's weight checks call numel().
+# A compiled torch.cov with weights fails once the number of observations changes.
+# The recompile makes the size symbolic (automatic dynamic shapes), and cov's weight checks call numel().
 import torch
 
 def weighted_cov(x, w):
