@@ -832,13 +832,17 @@ def test_a_cell_that_differs_only_as_the_machines_do_is_shown_so_not_as_a_regres
     here = {"cpu": "Intel(R) Xeon(R) Processor", "os": "Debian GNU/Linux 12",
             "collect_env": "GCC version: (Debian) 12.2.0"}
     runner = {"cpu": "AMD EPYC 7763 64-Core Processor", "os": "Ubuntu 24.04", "collect_env": "GCC version: 13.3.0"}
-    write_session(base, "cpu_torch25", "2.5.1", {CK: "pass", NEST: "pass"}, reuse_sources=sources, **installs, **here)
-    write_session(now, "cpu_torch25", "2.5.1", {CK: "fail", NEST: "fail"}, **installs, **runner,
+    failing = "checkpoint/plain_checkpoint[cpu-eager-fullgraph]"  # fails on both machines: no difference to show
+    write_session(base, "cpu_torch25", "2.5.1", {CK: "pass", NEST: "pass", failing: "fail"}, reuse_sources=sources,
+                  **installs, **here)
+    write_session(now, "cpu_torch25", "2.5.1", {CK: "fail", NEST: "fail", failing: "fail"}, **installs, **runner,
                   reuse_sources={**sources, "cases/test_nested_compile.py": "n2"})  # this run changed those cases
     done = run_cli(now, "--baseline", base, "--out", tmp_path / "out")
     # the checkpoint cell ran the same code on the same torch build: the machines differ, not the project or torch;
-    # the nested_compile cell ran other code: held to the baseline as ever
+    # the nested_compile cell ran other code: held to the baseline as ever; the cell failing on both is still failing
     assert done.returncode == 1
+    assert [row["status"] for row in json.loads((tmp_path / "out" / "report.json").read_text())["baseline"]["rows"]
+            if row["case"] == failing] == ["still failing"]
     assert [line for line in done.stdout.splitlines() if line.startswith("fails:")] == [
         f"fails: cpu_torch25: {NEST}: regressed: pass -> fail (fail on purpose)"]
     assert "note: 1 cells differ from the baseline only as the machines do" in done.stdout

@@ -130,7 +130,8 @@ def compare(current: list[SessionResult], baseline: list[SessionResult], learned
             then, now = _outcome(old, case), _outcome(session, case)
             found = status(session, case, then, now)
             record = session.cases.get(case) or {}
-            if (found and found not in ("new", "removed", "flaky") and differ
+            # only a cell whose outcome changed: one failing on both machines is still failing, whatever ran it
+            if (found and found not in ("new", "removed", "flaky", "still failing") and differ
                     and ran_the_same(old, session, record.get("family") or old.cases.get(case, {}).get("family"))):
                 found = "by machine"
             elif found in CHANGES and learned.of(session.name, case) is not None:
