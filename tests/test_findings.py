@@ -83,8 +83,8 @@ def test_a_proposed_fix_applies_to_the_torch_it_names_and_its_card_links_it():
                    if not d.name.endswith(".neighbours.diff"))
     assert fixes
     site = pathlib.Path(torch.__file__).parent.parent
-    for diff in fixes:
-        stem = diff.name.removesuffix(".diff").removesuffix(".aten")
+    stems = {diff: diff.name.removesuffix(".diff").removesuffix(".aten") for diff in fixes}  # the script's name
+    for diff, stem in stems.items():
         assert (diff.parent / f"test_{stem}.py").is_file() and (diff.parent.parent / f"{stem}.py").is_file()
         if diff.name.endswith(".aten.diff"):  # no C++ source in a wheel to apply it to
             assert re.match(r"Against aten/\S+ as at [0-9a-f]{40} ", diff.read_text()), diff.name
@@ -101,8 +101,8 @@ def test_a_proposed_fix_applies_to_the_torch_it_names_and_its_card_links_it():
     # report.html shows every card; REPORT.md the first MD_CARDS (its strip names every bug)
     in_markdown = {card["finding"]["fix"] for card in data["failing"][:render.MD_CARDS] if card["finding"]}
     for page, shown in ((render.render_markdown(data), in_markdown), (render.render_html(data), linked)):
-        for diff in fixes:
-            test = f"fixes/test_{diff.name.removesuffix('.diff').removesuffix('.aten')}.py"
+        for diff, stem in stems.items():
+            test = f"fixes/test_{stem}.py"
             wanted = f"results/reductions/fixes/{diff.name}" in shown
             assert (f"fixes/{diff.name}" in page and test in page) == wanted, diff.name
         assert all(f"fixes/{p.name}" in page for p in patches if f"results/reductions/fixes/{p.stem}.diff" in shown)

@@ -60,15 +60,20 @@ def torch_folder(python: str) -> tuple[pathlib.Path, str]:
     return pathlib.Path(folder), version
 
 
+def apply_patch(diff: pathlib.Path, cwd: pathlib.Path, what: str) -> None:
+    """GNU patch applies `diff` under `cwd`, each line of its context as the diff has it (--fuzz=0; a hunk may sit
+    at other line numbers); where it does not apply, one line saying so (`what`: what it was applied to) and exit."""
+    done = subprocess.run(["patch", "-p1", "--forward", "--fuzz=0", "--no-backup-if-mismatch", "-i", str(diff)],
+                          cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"error: {what}: {done.stdout.strip()} {done.stderr.strip()}")
+
+
 def patched_copy(torch_dir: pathlib.Path, diff: pathlib.Path, into: pathlib.Path) -> list[str]:
     """`torch_dir` as hard links under `into`/torch with `diff` applied; the files the diff changed."""
     shutil.copytree(torch_dir, into / "torch", copy_function=os.link, symlinks=True)
     changed = re.findall(r"^\+\+\+ b/(\S+)", diff.read_text(encoding="utf-8"), flags=re.MULTILINE)
-    # --fuzz=0: every line of context as the diff has it (a hunk may sit at other line numbers)
-    done = subprocess.run(["patch", "-p1", "--forward", "--fuzz=0", "--no-backup-if-mismatch", "-i", str(diff)], cwd=into,
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"error: {diff.name} does not apply to the torch of {torch_dir}: {done.stdout.strip()} {done.stderr.strip()}")
+    apply_patch(diff, into, f"{diff.name} does not apply to the torch of {torch_dir}")
     for name in changed:
         if os.stat(into / name).st_ino == os.stat(torch_dir.parent / name).st_ino:
             sys.exit(f"error: patch changed {name} in place, which is the install's own file: stopped")
@@ -114,21 +119,24 @@ def with_test_added(stored: pathlib.Path, test_diff: pathlib.Path, test_file: st
     target = tree / test_file
     target.parent.mkdir(parents=True)
     shutil.copyfile(stored, target)
-    done = subprocess.run(["patch", "-p1", "--forward", "--fuzz=0", "--no-backup-if-mismatch", "-i", str(test_diff)],
-                          cwd=tree, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"error: the test part does not apply to {stored}: {done.stdout.strip()} {done.stderr.strip()}")
+    apply_patch(test_diff, tree, f"the test part does not apply to {stored}")
     return target
+
+
+def catalogue_entry(name: str) -> dict:
+    """findings.toml's entry of the finding whose script is NAME.py, {} where there is none (tomllib: Python 3.11)."""
+    import tomllib
+
+    catalogue = tomllib.loads((REDUCTIONS / "findings.toml").read_text(encoding="utf-8"))
+    return next((f for f in catalogue.get("finding", []) if f.get("script") == f"{name}.py"), {})
 
 
 def works_tests(name: str) -> list[str]:
     """The finding's tests of what a fix must keep working (findings.toml: `tests`, "works" or "works since X")."""
     try:
-        import tomllib
+        finding = catalogue_entry(name)
     except ImportError:  # Python before 3.11: every added test is held to fail before the fix
         return []
-    catalogue = tomllib.loads((REDUCTIONS / "findings.toml").read_text(encoding="utf-8"))
-    finding = next((f for f in catalogue.get("finding", []) if f.get("script") == f"{name}.py"), {})
     return [test for test, kind in finding.get("tests", {}).items() if str(kind).startswith("works")]
 
 
@@ -195,10 +203,7 @@ torch.ops.load_library({library!r})
 
 def aten_fix(name: str) -> dict:
     """findings.toml's `aten_fix` of the finding whose script is NAME.py: the kernels it replaces."""
-    import tomllib
-
-    catalogue = tomllib.loads((REDUCTIONS / "findings.toml").read_text(encoding="utf-8"))
-    finding = next((f for f in catalogue.get("finding", []) if f.get("script") == f"{name}.py"), {})
+    finding = catalogue_entry(name)
     if "aten_fix" not in finding:
         sys.exit(f"error: findings.toml gives no aten_fix (kernels, dispatch_key) for {name}")
     return finding["aten_fix"]
@@ -248,10 +253,7 @@ def check_aten_fix(args, work: pathlib.Path, version: str, script: pathlib.Path)
     for side in ("control", "fixed"):
         (work / side / path).parent.mkdir(parents=True)
         shutil.copyfile(stored, work / side / path)
-    done = subprocess.run(["patch", "-p1", "--forward", "--fuzz=0", "--no-backup-if-mismatch", "-i", str(diff)],
-                          cwd=work / "fixed", capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"error: {diff.name} does not apply to {stored}: {done.stdout.strip()} {done.stderr.strip()}")
+    apply_patch(diff, work / "fixed", f"{diff.name} does not apply to {stored}")
     overlays = {"without": None, **{side: build_kernels(args.python, work / side / path, fix, work / f"{side}-build")
                                     for side in ("control", "fixed")}}
     print(f"torch {version}; {diff.name} changes {path} ({commit[:7]}), built with its kernels "
