@@ -26,7 +26,10 @@ and AOTAutograd traces that choice into the graph, so the compiled function must
 compile under the changed switches gives (docs/findings.md, finding 10). And one where the changed
 state is the input's size: a weighted covariance called with another number of observations, the
 recompile Dynamo makes for it (automatic dynamic shapes: the size becomes symbolic) must still give
-eager's numbers (finding 11).
+eager's numbers (finding 11). And one where the state is met inside the compiled function, not around it:
+the function sets the default dtype, runs an op that reads it when it runs (an integer division, a
+factory given no dtype, an integer tensor times a float), and restores it; each call must give eager's
+dtype and numbers (finding 12).
 
 What each case records: the property's examples and every failing one's script
 (`metrics.property`), the op, its class and its oracle; and what its examples drew
@@ -238,3 +241,51 @@ def symbolic_cause(error: BaseException) -> str:
     """The op's own error where the text quotes one, else the text's first line."""
     found = SYMBOLIC_SIZES_ERROR.search(str(error))
     return found.group(0) if found else (str(error).strip().splitlines() or [""])[0]
+
+
+# Ops whose result dtype is read from the default dtype when they run, each by its own path: type
+# promotion of an integer true division, a factory given no dtype, an integer tensor times a Python float.
+DEFAULT_DTYPE_READERS = {
+    "true_divide_of_integers": lambda x: x / 2,
+    "factory_without_dtype": lambda x: torch.ones(x.shape, device=x.device) + x,
+    "integer_times_float_scalar": lambda x: x * 1.5,
+}
+
+
+def under_default_dtype(read, dtype):
+    """A user's function that switches the default dtype around part of its work and restores it (as a
+    context manager of model-building code does)."""
+    def switched(x):
+        before = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            return read(x)
+        finally:
+            torch.set_default_dtype(before)
+    return switched
+
+
+@pytest.mark.parametrize("reader", sorted(DEFAULT_DTYPE_READERS))
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_no_cuda)])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_default_dtype_set_inside_compiled_function(case, device, backend, reader):
+    # The state met another way than by a recompile: the compiled function itself sets the default dtype
+    # to float64, runs an op that reads it, and restores it. Each of two calls must give what eager gives
+    # (the switch's own effect checked first: the op's dtype under float64 is not its dtype without it).
+    read = DEFAULT_DTYPE_READERS[reader]
+    x = torch.arange(6, device=device).reshape(2, 3)
+    fn = under_default_dtype(read, torch.float64)
+    expected = fn(x)
+    assert expected.dtype == torch.float64 != read(x).dtype, "the default dtype changes nothing here: nothing to see"
+    compiled = case.compile(fn)
+    counters.clear()
+    try:
+        for call in ("first", "second"):
+            got = compiled(x)
+            torch.testing.assert_close(got, expected, msg=lambda m, c=call: (
+                f"with the default dtype set to torch.float64 inside the compiled function, {c} call: {m}"))
+            assert torch.get_default_dtype() == torch.float32, "the function's own restore did not hold"
+    finally:
+        case.record(drawn={"states": {"torch.set_default_dtype=torch.float64": 1}, "caches": {"memory": 1},
+                           "met": {"set inside the compiled function": 1}},
+                    graphs=counters["stats"]["unique_graphs"], graph_breaks=sum(counters["graph_break"].values()))
