@@ -29,7 +29,9 @@ recompile Dynamo makes for it (automatic dynamic shapes: the size becomes symbol
 eager's numbers (finding 11). And one where the state is met inside the compiled function, not around it:
 the function sets the default dtype, runs an op that reads it when it runs (an integer division, a
 factory given no dtype, an integer tensor times a float), and restores it; each call must give eager's
-dtype and numbers (finding 12).
+dtype and numbers (finding 12). Beside it the same readers met around the function, called under float32,
+float64, then float32: Dynamo guards the default dtype and recompiles, and inductor's caches must not serve
+the float32 program (known upstream: pytorch/pytorch#109458 on 2.1, #184405 on 2.5-2.12).
 
 What each case records: the property's examples and every failing one's script
 (`metrics.property`), the op, its class and its oracle; and what its examples drew
@@ -289,3 +291,49 @@ def test_default_dtype_set_inside_compiled_function(case, device, backend, reade
         case.record(drawn={"states": {"torch.set_default_dtype=torch.float64": 1}, "caches": {"memory": 1},
                            "met": {"set inside the compiled function": 1}},
                     graphs=counters["stats"]["unique_graphs"], graph_breaks=sum(counters["graph_break"].values()))
+
+
+# The same readers met around the compiled function: called under float32, float64, then float32 again.
+# Dynamo guards the default dtype, so float64 recompiles; inductor's lowering fixes the result dtype in the
+# kernel, so its caches must not serve the float32 program to that recompile.
+STALE_DEFAULT_DTYPE = (r"with the default dtype torch\.float64 set around the compiled function, call \d: "
+                       r"The values for attribute 'dtype' do not match")
+
+
+def stale_default_dtype_marks(reader):
+    # torch 2.1's Dynamo did not guard the default dtype: nothing recompiled (fixed in 2.2). From 2.5
+    # inductor's FX graph cache key lacked it (from 2.7 AOTAutograd's cache, keyed on the same details,
+    # serves it too): a factory's graph spells its dtype, so its key differed until then.
+    return [pytest.mark.upstream_bug("pytorch/pytorch#109458", raises="AssertionError", match=STALE_DEFAULT_DTYPE,
+                                     until="2.1"),
+            pytest.mark.upstream_bug("pytorch/pytorch#184405", raises="AssertionError", match=STALE_DEFAULT_DTYPE,
+                                     since="2.7" if reader == "factory_without_dtype" else "2.5", until="2.12")]
+
+
+@pytest.mark.parametrize(("backend", "reader"), [
+    pytest.param(backend, reader, marks=stale_default_dtype_marks(reader) if backend == "inductor" else ())
+    for backend in ("eager", "aot_eager", "inductor") for reader in sorted(DEFAULT_DTYPE_READERS)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_no_cuda)])
+def test_default_dtype_changed_around_compiled_function(case, device, backend, reader):
+    # Each call under its default dtype must give what eager gives under it (the switch's own effect
+    # checked first: the op's dtype under float64 is not its dtype under float32).
+    read = DEFAULT_DTYPE_READERS[reader]
+    x = torch.arange(6, device=device).reshape(2, 3)
+    compiled = case.compile(read)
+    dtypes = (torch.float32, torch.float64, torch.float32)
+    counters.clear()
+    try:
+        for call, dtype in enumerate(dtypes, 1):
+            torch.set_default_dtype(dtype)
+            try:
+                expected = read(x)
+                assert expected.dtype == dtype, f"under {dtype} the op gives {expected.dtype}: nothing to see"
+                got = compiled(x)
+            finally:
+                torch.set_default_dtype(torch.float32)
+            torch.testing.assert_close(got, expected, msg=lambda m, c=call, d=dtype: (
+                f"with the default dtype {d} set around the compiled function, call {c}: {m}"))
+    finally:
+        case.record(drawn={"states": {f"torch.set_default_dtype={d}": dtypes.count(d) for d in dtypes},
+                           "caches": {"memory": 1}, "met": {"set around the compiled function": 1}},
+                    graphs=counters["stats"]["unique_graphs"])
