@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harness.core import installs, matrix, paths, resultsfile, sources
+from harness.core import installs, matrix, paths, records, resultsfile, sources
 from harness.report import staleness
 from tests.conftest import ROOT, copy_project
 
@@ -34,6 +34,7 @@ def plant_rows(table, root, pins_of=None):
         writer.write({"kind": "environment", "session": session, "identity": matrix.find(session).identity,
                       "torch": spec.torch, "reuse_keys": {"checkpoint": "k"}, "reuse_sources": now,
                       "packages": [satisfying(r) for r in [*spec.requirements, *installs.HARNESS_REQUIREMENTS]]})
+        writer.write(records.end_record(0, {}, 0))  # a run that finished
         writer.close()
 
 
@@ -82,9 +83,28 @@ def test_a_row_without_its_sources_is_stale(tmp_path):
     writer = resultsfile.ResultsWriter(paths.results_path("cpu_torch213", tmp_path))
     writer.write({"kind": "environment", "session": "cpu_torch213", "identity": matrix.find("cpu_torch213").identity,
                   "reuse_keys": {"checkpoint": "k"}})
+    writer.write(records.end_record(0, {}, 0))
     writer.close()
     (row,) = staleness.stale_rows(tmp_path)
     assert row.families == [staleness.ALL] and row.why[0].startswith("no reuse_sources")
+
+
+def test_a_row_whose_run_stopped_early_is_stale_in_every_family(tmp_path):
+    """A run stopped before its end (Ctrl-C, a killed session) wrote the cases it ran and none it carried
+    over; measured with the code at hand, it is still no table: the next run reuses nothing from it."""
+    plant_rows(tmp_path, ROOT)
+    for session in ROWS:  # the first row's run stopped before its end record, the second's was interrupted
+        path = paths.results_path(session, tmp_path)
+        kept = records.read(path)[:-1]
+        writer = resultsfile.ResultsWriter(path)
+        for record in kept:
+            writer.write({k: v for k, v in record.items() if k != "schema"})
+        if session == ROWS[1]:
+            writer.write({**records.end_record(2, {}, 0), "interrupted": "KeyboardInterrupt"})
+        writer.close()
+    found = {row.session: row for row in staleness.stale_rows(tmp_path)}
+    assert found[ROWS[0]].families == [staleness.ALL] and found[ROWS[0]].why == ["stopped early: no end record"]
+    assert found[ROWS[1]].families == [staleness.ALL] and found[ROWS[1]].why == ["stopped early: KeyboardInterrupt"]
 
 
 def test_staleness_follows_imports(tmp_path):

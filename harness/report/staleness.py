@@ -7,7 +7,9 @@ harness.core.sources: code only, so a comment or a docstring changes nothing) an
 venv held (`packages`). A family is stale when a source it reaches by imports changed
 (harness.core.sources.family_sources: its case file, the programs it imports, the session's harness and
 cases/conftest.py, pytest's configuration); every family of a row is, when what the row's session installs
-now (its pins, the `session` extra of pyproject.toml) is not what it was measured with.
+now (its pins, the `session` extra of pyproject.toml) is not what it was measured with, and when its run
+stopped before its end (no end record, or one that says it was interrupted): the cases it ran are there,
+those it would have carried over are not, and the next run reuses nothing from it.
 """
 
 from __future__ import annotations
@@ -51,9 +53,13 @@ def stale_rows(table: pathlib.Path | None = None, now: dict | None = None,
     reach = {family: set(reached) for family, reached in sources.family_sources(root).items()}
     found = []
     for path in paths.results_files(table):
-        environment = records.read(path)[0]
+        found_records = records.read(path)
+        environment, end = found_records[0], found_records[-1]
         session = environment["identity"]["session"]
         if not unknown and not (environment.get("reuse_keys") and environment.get("reuse_sources") is not None):
+            continue
+        if not records.run_complete(end):  # its cases are not all there, and no later run reuses it
+            found.append(StaleRow(session, [ALL], [f"stopped early: {stopped_how(end)}"]))
             continue
         if not environment.get("reuse_keys"):
             found.append(StaleRow(session, [ALL], ["no reuse keys: a run narrowed by pytest arguments"]))
@@ -70,6 +76,17 @@ def stale_rows(table: pathlib.Path | None = None, now: dict | None = None,
             found.append(StaleRow(session, [ALL] if installs or len(families) == len(reach) else families,
                                   [*(c.line for c in touching), *installs]))
     return found
+
+
+def stopped_how(end: dict) -> str:
+    """Why a run's results are not a whole row, from its last record."""
+    if end.get("kind") != "end":
+        return "no end record"
+    if end.get("interrupted"):
+        return end["interrupted"]
+    if end.get("missing"):
+        return f"{end['missing']} collected cases never recorded"
+    return f"pytest exit status {end.get('exitstatus')}"
 
 
 def refresh_command(stale: list[StaleRow]) -> str:
