@@ -1,10 +1,10 @@
 # Owner(s): ["module: dynamo"]
 # Regression test, in the style of test/dynamo/test_misc.py, for torch.set_default_dtype called inside a
-# compiled function: the ops after it read the default dtype when they run (an integer division's result
-# dtype, a factory given no dtype), so they must run under the dtype the function set, on every backend.
+# compiled function: the ops after it read the default dtype when they run (the result dtype of an integer
+# division, of an integer tensor times a Python float), so they must run under the dtype the function set,
+# on every backend.
 import torch
 import torch._dynamo.test_case
-import torch._dynamo.testing
 
 
 def halve_in_float64(x):
