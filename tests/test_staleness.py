@@ -90,8 +90,8 @@ def test_a_row_without_its_sources_is_stale(tmp_path):
 
 
 def test_a_row_whose_run_stopped_early_is_stale_in_every_family(tmp_path):
-    """A run stopped before its end (Ctrl-C, a killed session) wrote the cases it ran and none it carried
-    over; measured with the code at hand, it is still no table: the next run reuses nothing from it."""
+    """A run stopped before its end (Ctrl-C, a killed session) wrote the cases it ran and none it would have
+    carried over; measured with the code at hand, it is still no whole row: the next run measures what it lacks."""
     plant_rows(tmp_path, ROOT)
     for session in ROWS:  # the first row's run stopped before its end record, the second's was interrupted
         path = paths.results_path(session, tmp_path)

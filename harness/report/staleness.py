@@ -8,8 +8,9 @@ venv held (`packages`). A family is stale when a source it reaches by imports ch
 (harness.core.sources.family_sources: its case file, the programs it imports, the session's harness and
 cases/conftest.py, pytest's configuration); every family of a row is, when what the row's session installs
 now (its pins, the `session` extra of pyproject.toml) is not what it was measured with, and when its run
-stopped before its end (no end record, or one that says it was interrupted): the cases it ran are there,
-those it would have carried over are not, and the next run reuses nothing from it.
+stopped before its end (no end record, or one that says it was interrupted or lacks collected cases): the
+cases it ran are there, those it did not run or carry over are not, and the next run of every family
+measures them (harness.plugin.reuse: from a run with no end record it reuses nothing, and measures all).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def stale_rows(table: pathlib.Path | None = None, now: dict | None = None,
         session = environment["identity"]["session"]
         if not unknown and not (environment.get("reuse_keys") and environment.get("reuse_sources") is not None):
             continue
-        if not records.run_complete(end):  # its cases are not all there, and no later run reuses it
+        if not records.run_complete(end):  # its cases are not all there: the next run measures what it lacks
             found.append(StaleRow(session, [ALL], [f"stopped early: {stopped_how(end)}"]))
             continue
         if not environment.get("reuse_keys"):
@@ -79,7 +80,8 @@ def stale_rows(table: pathlib.Path | None = None, now: dict | None = None,
 
 
 def stopped_how(end: dict) -> str:
-    """Why a run's results are not a whole row, from its last record."""
+    """Why a run's results are not a whole row, from its last record (the conditions of records.run_complete,
+    which the sessions' code keeps: a change there would stale every row)."""
     if end.get("kind") != "end":
         return "no end record"
     if end.get("interrupted"):
