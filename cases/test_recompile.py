@@ -31,7 +31,9 @@ the function sets the default dtype, runs an op that reads it when it runs (an i
 factory given no dtype, an integer tensor times a float), and restores it; each call must give eager's
 dtype and numbers (finding 12). Beside it the same readers met around the function, called under float32,
 float64, then float32: Dynamo guards the default dtype and recompiles, and inductor's caches must not serve
-the float32 program (known upstream: pytorch/pytorch#109458 on 2.1, #184405 on 2.5-2.12).
+the float32 program (known upstream: pytorch/pytorch#109458 on 2.1, #184405 on 2.5-2.12). And forward-mode AD
+met around it: a dual tensor passed in inside `torch.autograd.forward_ad.dual_level()`, afresh or after a plain
+call compiled the function (outside the level or inside it); the output must carry eager's tangent (finding 13).
 
 What each case records: the property's examples and every failing one's script
 (`metrics.property`), the op, its class and its oracle; and what its examples drew
@@ -337,3 +339,53 @@ def test_default_dtype_changed_around_compiled_function(case, device, backend, r
         case.record(drawn={"states": {f"torch.set_default_dtype={d}": dtypes.count(d) for d in dtypes},
                            "caches": {"memory": 1}, "met": {"set around the compiled function": 1}},
                     graphs=counters["stats"]["unique_graphs"])
+
+
+# Forward-mode AD met around the compiled function: called with a dual tensor inside
+# torch.autograd.forward_ad.dual_level(), its output must carry eager's tangent. Met afresh (its first call
+# is the dual one), or after a plain call compiled it, outside the level or inside it.
+DUAL_FUNCTIONS = {"pointwise": lambda x: x.sin() * 2, "matmul_sum": lambda x: (x @ x.T).sum(0)}
+DUAL_MET = ("afresh", "after_plain_call_outside_level", "after_plain_call_inside_level")
+# Inductor's generated code computes the primal alone; until 2.13 nothing stopped it (from 2.14 the pull request
+# pytorch/pytorch#189644 graph-breaks on a tangent-carrying input, at trace time only).
+# Where it calls an extern kernel (a matmul), that kernel's out= variant raises for the tangent instead.
+DROPPED_TANGENT = (r"under a dual level, \w+: (the output carries no tangent|the compiled call raised RuntimeError: "
+                   r"Trying to use forward AD with \w+ that does not support it because it is an out= function)")
+tangent_dropped = pytest.mark.upstream_bug("pytorch/pytorch#187284", raises="AssertionError", match=DROPPED_TANGENT,
+                                           until="2.13")
+
+
+@pytest.mark.parametrize("met", DUAL_MET)
+@pytest.mark.parametrize("function", sorted(DUAL_FUNCTIONS))
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_no_cuda)])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", pytest.param("inductor", marks=tangent_dropped)])
+def test_dual_tensor_met_by_compiled_function(case, device, backend, function, met):
+    # The state's own effect checked first: eagerly, the dual level gives the output a tangent.
+    fwad = torch.autograd.forward_ad
+    fn, x = DUAL_FUNCTIONS[function], torch.randn(4, 4, device=device)
+    tangent = torch.randn(4, 4, device=device)
+    with fwad.dual_level():
+        expected = fwad.unpack_dual(fn(fwad.make_dual(x, tangent)))
+    assert expected.tangent is not None, "eagerly the output carries no tangent: nothing to see"
+    compiled = case.compile(fn)
+    counters.clear()
+    try:
+        if met == "after_plain_call_outside_level":
+            compiled(x)
+        with fwad.dual_level():
+            if met == "after_plain_call_inside_level":
+                compiled(x)
+            try:
+                got = fwad.unpack_dual(compiled(fwad.make_dual(x, tangent)))
+            except RuntimeError as error:  # inductor's extern kernels are called with out=, which refuses a tangent
+                raise AssertionError(f"under a dual level, {met}: the compiled call raised RuntimeError: "
+                                     f"{str(error).strip().splitlines()[0]}") from error
+        assert got.tangent is not None, f"under a dual level, {met}: the output carries no tangent"
+        for part in ("primal", "tangent"):
+            torch.testing.assert_close(getattr(got, part), getattr(expected, part),
+                                       msg=lambda m, p=part: f"under a dual level, {met}, {p}: {m}")
+    finally:
+        plain_first = {"none": 1} if met != "afresh" else {}
+        case.record(drawn={"states": {"torch.autograd.forward_ad.dual_level": 1, **plain_first},
+                           "caches": {"memory": 1}, "met": {met.replace("_", " "): 1}},
+                    graphs=counters["stats"]["unique_graphs"], graph_breaks=sum(counters["graph_break"].values()))
