@@ -34,6 +34,9 @@ float64, then float32: Dynamo guards the default dtype and recompiles, and induc
 the float32 program (known upstream: pytorch/pytorch#109458 on 2.1, #184405 on 2.5-2.12). And forward-mode AD
 met around it: a dual tensor passed in inside `torch.autograd.forward_ad.dual_level()`, afresh or after a plain
 call compiled the function (outside the level or inside it); the output must carry eager's tangent (finding 13).
+And a global forward hook (`register_module_forward_hook`) registered around the function: it must see what
+eager shows it, and the output must be eager's (finding 14). What these cases call:
+cases/programs/recompile_hand_written.py.
 
 What each case records: the property's examples and every failing one's script
 (`metrics.property`), the op, its class and its oracle; and what its examples drew
@@ -44,7 +47,6 @@ cases record the same as `metrics.drawn`: the states they call the compiled code
 
 import contextlib
 import dataclasses
-import re
 
 import pytest
 import torch
@@ -56,6 +58,16 @@ from programs.op_programs import check_op_program
 from programs.opcall import OpCall, op_calls
 from programs.opinfo import about, need_op_db
 from programs.recompile import RecompileOpProgram, caches_for, recompile_op_programs, state_names
+from programs.recompile_hand_written import (
+    DEFAULT_DTYPE_READERS,
+    DUAL_FUNCTIONS,
+    GLOBAL_FORWARD_HOOKS,
+    OBSERVATION_COUNTS,
+    symbolic_cause,
+    under_default_dtype,
+    weighted_cov,
+    weighted_cov_inputs,
+)
 from shared_declarations import FULLGRAPH_REFUSES_GRAPH_BREAK
 
 NO_GPU = "no CUDA device: torch.cuda.is_available() is False"
@@ -191,26 +203,6 @@ def test_sdpa_backends_switched_after_compile(case, device, backend):
                       f"for both calls: {graphs}) differs from a fresh compile under the switch: {m}")
 
 
-# A weighted covariance: `torch.cov`'s weights hold one entry an observation, so a new observation count
-# changes the size of both inputs. Dynamo's recompile for the second size marks it dynamic (automatic
-# dynamic shapes) and traces the op once more with that size symbolic; the third size must reuse it.
-OBSERVATION_COUNTS = (4, 5, 6)
-
-
-def weighted_cov_inputs(observations, weights, device):
-    x = torch.randn(3, observations, device=device)
-    given = {}
-    if weights in ("fweights", "both"):
-        given["fweights"] = torch.randint(1, 4, (observations,), device=device)
-    if weights in ("aweights", "both"):
-        given["aweights"] = torch.rand(observations, device=device) + 0.5
-    return x, given
-
-
-def weighted_cov(x, fweights=None, aweights=None):
-    return torch.cov(x, fweights=fweights, aweights=aweights)
-
-
 @pytest.mark.parametrize("weights", ["fweights", "aweights", "both"])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_no_cuda)])
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
@@ -234,39 +226,6 @@ def test_weighted_cov_after_observation_count_changes(case, device, backend, wei
     finally:  # what was met, as the property's cells say it; what Dynamo made of it (a graph break: cov eagerly)
         case.record(drawn={"states": {f"observations={n}": 1 for n in OBSERVATION_COUNTS}, "caches": {"memory": 1}},
                     graphs=counters["stats"]["unique_graphs"], graph_breaks=sum(counters["graph_break"].values()))
-
-
-# Dynamo words the failure of an op under symbolic sizes in each torch otherwise, with the op's own error
-# (from c10's TensorImpl) quoted inside, its C++ stack after it.
-SYMBOLIC_SIZES_ERROR = re.compile(r"Cannot call \w+\(\) on tensor with symbolic sizes/strides")
-
-
-def symbolic_cause(error: BaseException) -> str:
-    """The op's own error where the text quotes one, else the text's first line."""
-    found = SYMBOLIC_SIZES_ERROR.search(str(error))
-    return found.group(0) if found else (str(error).strip().splitlines() or [""])[0]
-
-
-# Ops whose result dtype is read from the default dtype when they run, each by its own path: type
-# promotion of an integer true division, a factory given no dtype, an integer tensor times a Python float.
-DEFAULT_DTYPE_READERS = {
-    "true_divide_of_integers": lambda x: x / 2,
-    "factory_without_dtype": lambda x: torch.ones(x.shape, device=x.device) + x,
-    "integer_times_float_scalar": lambda x: x * 1.5,
-}
-
-
-def under_default_dtype(read, dtype):
-    """A user's function that switches the default dtype around part of its work and restores it (as a
-    context manager of model-building code does)."""
-    def switched(x):
-        before = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            return read(x)
-        finally:
-            torch.set_default_dtype(before)
-    return switched
 
 
 @pytest.mark.parametrize("reader", sorted(DEFAULT_DTYPE_READERS))
@@ -344,7 +303,6 @@ def test_default_dtype_changed_around_compiled_function(case, device, backend, r
 # Forward-mode AD met around the compiled function: called with a dual tensor inside
 # torch.autograd.forward_ad.dual_level(), its output must carry eager's tangent. Met afresh (its first call
 # is the dual one), or after a plain call compiled the function, outside the level or inside it.
-DUAL_FUNCTIONS = {"pointwise": lambda x: x.sin() * 2, "matmul_sum": lambda x: (x @ x.T).sum(0)}
 DUAL_MET = ("afresh", "after_plain_call_outside_level", "after_plain_call_inside_level")
 # Inductor's generated code computes the primal alone (where it calls an extern kernel with out=, a matmul,
 # that kernel raises for the tangent instead); until 2.13 nothing stopped it (from 2.14 the pull request
@@ -395,3 +353,47 @@ def test_dual_tensor_met_by_compiled_function(case, device, backend, function, m
                            "caches": {"memory": 1}, "met": {met.replace("_", " "): 1}},
                     graphs=counters["stats"]["unique_graphs"], graph_breaks=sum(counters["graph_break"].values()),
                     symptom=symptom)
+
+
+# A global forward hook around the compiled function, registered before it compiles, as a debugging session
+# does: it must see what eager shows it (the module the function calls, with that module's output), and the
+# function must give eager's output. A failure's first line says what the hook met (a module or an output
+# eager never gives it, the module more or fewer times, or only another output); the hook and how it showed
+# follow, and are recorded (`metrics.symptom`).
+@pytest.mark.parametrize("hook", sorted(GLOBAL_FORWARD_HOOKS))
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=_no_cuda)])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_global_forward_hook_around_compiled_function(case, device, backend, hook):
+    torch.manual_seed(0)
+    layer, x = torch.nn.Linear(4, 4).to(device), torch.randn(2, 4, device=device)
+
+    def fn(x):
+        return layer(x) + 1
+    plain, seen, symptom, met = fn(x), [], None, None
+    handle = torch.nn.modules.module.register_module_forward_hook(GLOBAL_FORWARD_HOOKS[hook](seen))
+    try:
+        expected, eager_seen = fn(x), list(seen)  # the hook's own effect, eagerly
+        assert hook != "returns_a_new_output" or not torch.equal(expected, plain), "the hook changes nothing"
+        assert eager_seen == (["Linear"] if hook == "records_the_module" else []), f"eagerly it saw {eager_seen}"
+        compiled = case.compile(fn)
+        for call in ("first", "second"):
+            seen.clear()
+            try:
+                got = compiled(x)
+            except Exception as error:  # raised in the hook or past it
+                met = "the hook met a module or an output eager never gives it"
+                symptom = f"{call} call raised {type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+            else:
+                if set(seen) - set(eager_seen) or len(seen) != len(eager_seen):
+                    met = ("the hook met a module or an output eager never gives it" if set(seen) - set(eager_seen)
+                           else "the hook ran another number of times than eagerly")
+                    symptom = f"{call} call: the hook was called on {seen}, eagerly on {eager_seen}"
+                elif not torch.allclose(got, expected):
+                    met = "the output is not eager's"
+                    symptom = f"{call} call: at most {max_abs_diff([got], [expected])} off"
+            assert symptom is None, f"with a global forward hook around the compiled function, {met}\n{hook}: {symptom}"
+    finally:
+        handle.remove()
+        case.record(drawn={"states": {"torch.nn.modules.module.register_module_forward_hook": 1},
+                           "caches": {"memory": 1}, "met": {"set around the compiled function": 1}}, symptom=symptom)
+
