@@ -64,9 +64,9 @@ DUAL_FUNCTIONS = {"pointwise": lambda x: x.sin() * 2, "matmul_sum": lambda x: (x
 
 
 # Global forward hooks as a debugging session registers them (torch.nn.modules.module.register_module_forward_hook),
-# each made with a list the module types it is called on go to: one that reads its output as a tensor (a NaN
-# check: Dynamo breaks its graph there), one that returns a new output (Dynamo traces it into the graph), one
-# that only records, outside Dynamo (torch._dynamo.disable), so what it saw is what ran.
+# each made with the case's list: one that reads its output as a tensor (a NaN check: Dynamo breaks its graph
+# there), one that returns a new output (Dynamo traces it into the graph), and one that puts in the list the
+# type of each module it is called on, outside Dynamo (torch._dynamo.disable), so what it saw is what ran.
 def nan_check_hook(seen):
     def hook(module, args, output):
         if not torch.isfinite(output).all():
